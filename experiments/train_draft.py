@@ -1,0 +1,235 @@
+"""Train a draft model for a target by self-distillation (config: conf/train_draft.yaml).
+
+    python experiments/train_draft.py                                  # the default pair's draft
+    python experiments/train_draft.py hydra.run.dir=outputs/train_draft/<run>   # resume that run
+
+Stages (each skips work already on disk, so an interrupted run resumes where it stopped):
+  pool      prompts.jsonl: a template prompt pool disjoint from MT-Bench/HumanEval, each with a sampling mode
+  generate  shards/shard_XXXX.pt: the target's answers and top-k distributions (treespec.distill_data)
+  vocab     vocab.json: the draft's output vocabulary (most frequent answer tokens) and its coverage
+  train     checkpoints/, train_log.jsonl: distillation (treespec.distill_train), held-out agreement
+  export    draft/: a transformers model directory (config, safetensors, tokenizer) + training_summary.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from treespec import distill_data, distill_train
+from treespec.data import encode_prompt
+from treespec.draft_model import TreespecDraftForCausalLM
+from treespec.models import load_model, load_tokenizer
+from treespec.prompt_pool import build_prompt_pool
+
+log = logging.getLogger("train_draft")
+
+
+def stage_pool(cfg: DictConfig, run: Path) -> list[dict]:
+    path = run / "prompts.jsonl"
+    if not path.exists():
+        pool = build_prompt_pool(cfg.pool.size, seed=cfg.seed)
+        modes = [distill_data.SamplingMode(**m) for m in cfg.generate.modes]
+        chosen = distill_data.assign_modes(len(pool), modes, cfg.seed)
+        rows = [{"text": p.text, "category": p.category, "mode": m.name} for p, m in zip(pool, chosen)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
+    g = cfg.generate
+    shard_dir = run / "shards"
+    shard_dir.mkdir(exist_ok=True)
+    n_shards = -(-len(prompts) // g.shard_prompts)
+    if g.max_shards is not None:
+        n_shards = min(n_shards, g.max_shards)
+    todo = [i for i in range(n_shards) if not (shard_dir / f"shard_{i:04d}.pt").exists()]
+    if not todo:
+        return
+    target, tokenizer = load_model(cfg.target), load_tokenizer(cfg.target)
+    temperatures = {m.name: m.temperature for m in g.modes}
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with open(run / "generate_log.jsonl", "a") as log_file:
+        for shard_index in tqdm(todo, desc="shards", unit="shard"):
+            rows = prompts[shard_index * g.shard_prompts:(shard_index + 1) * g.shard_prompts]
+            encoded = [encode_prompt(tokenizer, r["text"]) for r in rows]
+            records: list[dict | None] = [None] * len(rows)
+            start, new_tokens = time.perf_counter(), 0
+            for mode, temperature in temperatures.items():
+                members = [i for i, r in enumerate(rows) if r["mode"] == mode]
+                for batch in tqdm(distill_data.batches_by_length(members, [len(e) for e in encoded], g.batch_size),
+                                  desc=f"shard {shard_index} {mode}", leave=False):
+                    torch.manual_seed(cfg.seed * 100003 + shard_index * 101 + batch[0])
+                    out = distill_data.answer_batch(
+                        target, [encoded[i] for i in batch], temperature=temperature,
+                        max_new_tokens=g.max_new_tokens, keep_top=g.keep_top, eos_token_id=eos, pad_token_id=pad)
+                    for i, record in zip(batch, out):
+                        record.update(mode=mode, category=rows[i]["category"])
+                        records[i] = record
+                        new_tokens += len(record["top_ids"])
+            shard = {key: [r[key] for r in records] for key in records[0]}
+            tmp = shard_dir / f".shard_{shard_index:04d}.pt.tmp"
+            torch.save(shard, tmp)
+            tmp.rename(shard_dir / f"shard_{shard_index:04d}.pt")
+            seconds = time.perf_counter() - start
+            log_file.write(json.dumps({"shard": shard_index, "prompts": len(rows), "new_tokens": new_tokens,
+                                       "seconds": round(seconds, 1), "tokens_per_s": round(new_tokens / seconds, 1)}) + "\n")
+            log_file.flush()
+
+
+def load_shards(run: Path) -> dict:
+    paths = sorted((run / "shards").glob("shard_*.pt"))
+    if not paths:
+        raise FileNotFoundError(f"no shards in {run / 'shards'}: run the generate stage first")
+    return distill_data.merge_shards(torch.load(p) for p in paths)
+
+
+def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
+    path = run / "vocab.json"
+    if not path.exists():
+        counts = distill_data.token_frequencies(data)
+        ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=[eos])
+        covered = sum(counts[i] for i in ids) / max(1, sum(counts.values()))
+        path.write_text(json.dumps({"size": len(ids), "answer_token_coverage": covered, "ids": ids}))
+    return json.loads(path.read_text())["ids"]
+
+
+def split_holdout(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    cut = max(1, int(n * fraction))
+    return sorted(order[cut:]), sorted(order[:cut])
+
+
+def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> TreespecDraftForCausalLM:
+    t = cfg.train
+    ckpt_dir = run / "checkpoints"
+    ckpt_dir.mkdir(exist_ok=True)
+    examples = distill_train.make_examples(data, vocab, t.max_len)
+    train_idx, held_idx = split_holdout(len(examples), t.holdout_fraction, cfg.seed)
+    train_set, held_set = [examples[i] for i in train_idx], [examples[i] for i in held_idx]
+    tokens_per_epoch = sum(len(e.input_ids) for e in train_set)
+    steps_per_epoch = max(1, round(tokens_per_epoch / (t.tokens_per_batch * 0.85)))
+    total = t.max_steps or steps_per_epoch * t.epochs
+
+    checkpoints = sorted(ckpt_dir.glob("step_*.pt"))
+    target = load_model(cfg.target)
+    draft = distill_train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
+                                                 embed_rank=cfg.draft.embed_rank)
+    del target
+    draft.train()
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.98))
+    step, epoch, consumed = 0, 0, 0  # consumed = batches of `epoch` already trained on
+    if checkpoints:
+        state = torch.load(checkpoints[-1], weights_only=False)
+        draft.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, epoch, consumed = state["step"], state["epoch"], state["consumed"]
+        log.info("resumed from %s (step %d)", checkpoints[-1].name, step)
+    if step >= total:
+        return draft
+
+    with open(run / "train_log.jsonl", "a") as log_file:
+        if step == 0:
+            metrics = distill_train.agreement(draft, held_set, pad)
+            log_file.write(json.dumps({"step": 0, **metrics}) + "\n")
+            log.info("step 0 held-out %s", metrics)
+        bar = tqdm(total=total, initial=step, desc="train", unit="step")
+        losses: list[float] = []
+        while step < total:
+            batches = list(distill_train.token_batches(train_set, t.tokens_per_batch, random.Random(cfg.seed * 7919 + epoch)))
+            for chunk in batches[consumed:]:
+                if step >= total:
+                    break
+                tick = time.perf_counter()
+                lr = distill_train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                loss, _, _ = distill_train.distill_loss(draft, distill_train.collate(chunk, pad))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(draft.parameters(), t.grad_clip)
+                optimizer.step()
+                step, consumed = step + 1, consumed + 1
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", lr=f"{lr:.1e}")
+                row = {"step": step, "epoch": epoch, "loss": round(loss.item(), 5), "lr": lr,
+                       "seconds": round(time.perf_counter() - tick, 3)}
+                if step % t.eval_every == 0 or step == total:
+                    row.update(distill_train.agreement(draft, held_set, pad))
+                    log.info("step %d held-out %s", step, {k: v for k, v in row.items() if "agree" in k or "top4" in k})
+                log_file.write(json.dumps(row) + "\n")
+                log_file.flush()
+                if step % t.checkpoint_every == 0 or step == total:
+                    tmp = ckpt_dir / ".tmp.pt"
+                    torch.save({"model": draft.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                                "epoch": epoch, "consumed": consumed}, tmp)
+                    tmp.rename(ckpt_dir / f"step_{step:06d}.pt")
+                    for old in sorted(ckpt_dir.glob("step_*.pt"))[:-2]:
+                        old.unlink()
+            if consumed >= len(batches):
+                epoch, consumed = epoch + 1, 0
+        bar.close()
+    return draft
+
+
+def stage_export(cfg: DictConfig, run: Path, draft: TreespecDraftForCausalLM, data: dict, vocab_info: dict) -> Path:
+    out = Path(cfg.export.dir) if cfg.export.dir else run / "draft"
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = getattr(torch, cfg.export.dtype)
+    draft.to(dtype).save_pretrained(out)
+    draft.float()
+    load_tokenizer(cfg.target).save_pretrained(out)
+    log_rows = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    gen_rows = [json.loads(x) for x in (run / "generate_log.jsonl").read_text().splitlines()]
+    summary = {
+        "target": cfg.target,
+        "answers": len(data["input_ids"]),
+        "answer_tokens": int(sum(len(x) for x in data["top_ids"])),
+        "answers_by_mode": {m: data["mode"].count(m) for m in sorted(set(data["mode"]))},
+        "generation_seconds": round(sum(r["seconds"] for r in gen_rows), 1),
+        "train_steps": log_rows[-1]["step"],
+        "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
+        "final_heldout": {k: v for k, v in log_rows[-1].items() if "agree" in k or "top4" in k},
+        "output_vocab": vocab_info["size"],
+        "output_vocab_answer_coverage": round(vocab_info["answer_token_coverage"], 4),
+        "parameters": sum(p.numel() for p in draft.parameters()),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    (out / "training_summary.json").write_text(json.dumps(summary, indent=1))
+    return out
+
+
+@hydra.main(config_path="../conf", config_name="train_draft", version_base=None)
+def main(cfg: DictConfig) -> None:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run = Path(HydraConfig.get().runtime.output_dir)
+    prompts = stage_pool(cfg, run)
+    if "generate" in cfg.stages:
+        stage_generate(cfg, run, prompts)
+    if not {"vocab", "train", "export"} & set(cfg.stages):
+        return
+    tokenizer = load_tokenizer(cfg.target)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    data = load_shards(run)
+    vocab = stage_vocab(cfg, run, data, tokenizer.eos_token_id)
+    if {"train", "export"} & set(cfg.stages):
+        draft = stage_train(cfg, run, data, vocab, pad)
+        if "export" in cfg.stages:
+            out = stage_export(cfg, run, draft, data, json.loads((run / "vocab.json").read_text()))
+            log.info("draft written to %s", out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Tiny random causal LMs built from configs (no downloads), shared by the tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+ARCHS = ("llama", "qwen2", "gpt2")
+ATTNS = ("eager", "sdpa")
+
+
+def tiny_model(arch: str = "llama", *, seed: int = 0, vocab: int = 64, layers: int = 2, hidden: int = 32,
+               attn: str = "sdpa", context: int = 256, sharpness: float = 30.0):
+    """A random fp32 model in eval mode. `sharpness` scales the output layer so that logits are peaked
+    (random tiny models are otherwise nearly uniform, and float noise would decide argmax ties)."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if arch == "llama":
+        config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context, **common)
+        model = LlamaForCausalLM(config)
+    elif arch == "qwen2":
+        config = Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                             use_sliding_window=False, **common)
+        model = Qwen2ForCausalLM(config)
+    elif arch == "gpt2":
+        config = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=context, **common)
+        model = GPT2LMHeadModel(config)
+    else:
+        raise ValueError(arch)
+    model.set_attn_implementation(attn)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpness)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def llama_pair():
+    return tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)

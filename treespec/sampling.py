@@ -1,0 +1,84 @@
+"""Logits -> probabilities, and the random draws the engine makes.
+
+The same `SamplingConfig` is applied to the target's logits (p) and the draft's (q); the losslessness
+guarantee is relative to the processed target distribution. Temperature 0 means greedy decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from treespec.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if int(self.top_k) != self.top_k or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """[..., V] logits -> [..., V] float32 probabilities after temperature, top-k and top-p.
+
+    Greedy configs give a one-hot at the argmax. Top-k keeps the k largest logits; top-p keeps the
+    smallest set of most likely tokens whose mass reaches top_p (always at least one).
+    """
+    logits = logits.float()
+    if config.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / config.temperature
+    if config.top_k and config.top_k < logits.shape[-1]:
+        kth = logits.topk(config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if config.top_p < 1:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= config.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from a [V] distribution (need not be normalised)."""
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def gumbel_top_k(probs: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+    """k distinct tokens sampled without replacement from [V] probs, in sampling order.
+
+    Returns fewer than k tokens when fewer than k have non-zero probability.
+    """
+    support = int((probs > 0).sum())
+    k = min(k, support)
+    uniform = torch.rand(probs.shape, generator=generator, dtype=torch.float64, device=probs.device)
+    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
+    keys = torch.log(probs.double()) + gumbel  # -inf where probs == 0
+    return keys.topk(k).indices
+
+
+def sample_with_replacement(probs: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+    """k i.i.d. tokens from [V] probs (SpecInfer's proposals; may repeat)."""
+    return torch.multinomial(probs, k, replacement=True, generator=generator)
+
+
+def uniform(generator: torch.Generator | None) -> float:
+    """r ~ U(0, 1)."""
+    device = generator.device if generator is not None else None
+    return float(torch.rand((), generator=generator, dtype=torch.float64, device=device))
