@@ -1,0 +1,69 @@
+"""Committing the accepted path leaves the same KV cache as processing those tokens from scratch."""
+
+import pytest
+import torch
+from conftest import ARCHS, tiny_model
+from transformers import DynamicCache
+
+from treespec.cache import cache_length, commit, new_cache
+from treespec.draft import ModelDrafter, StepOutcome
+from treespec.errors import ConfigError
+from treespec.mask import flatten
+from treespec.tree import kary
+
+
+def _layers(cache):
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("accepted", [(0,), (0, 2), (0, 1, 4), (0, 2, 6)])
+def test_commit_equals_rebuilt_cache(arch, accepted):
+    model = tiny_model(arch, sharpness=1.0)
+    prefix = [5, 9, 13, 2]
+    tree = kary([2, 2])  # nodes: 0 | 1 2 | 3 4 (under 1) 5 6 (under 2)
+    tokens = torch.tensor([7, 20, 21, 30, 31, 32, 33])
+    with torch.no_grad():
+        cache = DynamicCache()
+        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
+        flat = flatten(tokens, tree.parents, tree.depths, len(prefix), torch.float32)
+        model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
+              cache=cache, use_cache=True)
+        commit(cache, len(prefix), accepted)
+        fresh = DynamicCache()
+        model(input_ids=torch.tensor([prefix + tokens[list(accepted)].tolist()]), cache=fresh, use_cache=True)
+    assert cache_length(cache) == len(prefix) + len(accepted)
+    for (k, v), (k2, v2) in zip(_layers(cache), _layers(fresh)):
+        torch.testing.assert_close(k, k2, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(v, v2, atol=1e-5, rtol=1e-4)
+
+
+def test_drafter_cache_tracks_accepted_tokens():
+    model = tiny_model("llama", sharpness=1.0)
+    drafter = ModelDrafter(model, 64)
+    prompt = [3, 4, 5, 6]
+    with torch.no_grad():
+        drafter.reset(prompt)
+        drafter.root_logits(6)
+        drafter.node_logits([1, 2], [10, 11], [0, 0])
+        drafter.node_logits([3], [12], [2])  # node 4 (a leaf under 3) is never forwarded
+        drafter.observe(StepOutcome((0, 2, 3, 4), (6, 11, 12, 40), bonus=41))
+        assert drafter.pending == [40]
+        fresh = DynamicCache()
+        model(input_ids=torch.tensor([prompt + [11, 12]]), cache=fresh, use_cache=True)
+        assert drafter.committed == cache_length(drafter.cache) == 6
+        for (k, v), (k2, v2) in zip(_layers(drafter.cache), _layers(fresh)):
+            torch.testing.assert_close(k, k2, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(v, v2, atol=1e-5, rtol=1e-4)
+        # the next root's logits see the pending leaf first
+        logits = drafter.root_logits(41)
+        expected = model(input_ids=torch.tensor([prompt + [11, 12, 40, 41]])).logits[0, -1]
+        torch.testing.assert_close(logits, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_sliding_window_models_must_fit_the_window():
+    model = tiny_model("llama")
+    model.config.sliding_window = 16
+    with pytest.raises(ConfigError, match="sliding attention window"):
+        new_cache(model, 40)
+    assert cache_length(new_cache(model, 16)) == 0

