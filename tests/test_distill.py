@@ -1,0 +1,133 @@
+"""Self-distillation: data records, vocabulary, loss, and a smoke run of experiments/train_draft.py."""
+
+import json
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_model
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from treespec import distill_data, distill_train
+from treespec.models import DEFAULT_TARGET, load_model, load_tokenizer
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_answer_batch_records_match_a_direct_forward():
+    target = tiny_model("llama", seed=0)
+    prompts = [[5, 6, 7], [9, 1]]
+    records = distill_data.answer_batch(target, prompts, temperature=0.0, max_new_tokens=6, keep_top=4,
+                                        eos_token_id=63, pad_token_id=0)
+    for prompt, record in zip(prompts, records):
+        ids = record["input_ids"].long()
+        assert record["prompt_len"] == len(prompt) and ids[: len(prompt)].tolist() == prompt
+        answer = ids[len(prompt):]
+        assert record["top_ids"].shape == (len(answer), 4)
+        with torch.no_grad():
+            logprobs = torch.log_softmax(target(ids[None]).logits[0, len(prompt) - 1: -1], -1)
+        assert torch.equal(record["top_ids"][:, 0].long(), answer)  # greedy: the answer is the argmax
+        torch.testing.assert_close(record["top_logprobs"].float(), logprobs.topk(4).values, atol=2e-3, rtol=1e-3)
+
+
+def test_answers_stop_after_eos():
+    target = tiny_model("llama", seed=0)
+    free = distill_data.answer_batch(target, [[5, 6, 7]], temperature=0.0, max_new_tokens=8, keep_top=2,
+                                     eos_token_id=None, pad_token_id=0)[0]
+    eos = int(free["input_ids"][3 + 2])
+    cut = distill_data.answer_batch(target, [[5, 6, 7]], temperature=0.0, max_new_tokens=8, keep_top=2,
+                                    eos_token_id=eos, pad_token_id=0)[0]
+    answer = cut["input_ids"][3:].tolist()
+    assert answer[-1] == eos and eos not in answer[:-1] and len(cut["top_ids"]) == len(answer)
+
+
+def test_vocabulary_selection_and_modes():
+    counts = Counter({5: 10, 7: 3, 9: 8, 11: 1})
+    assert distill_data.select_output_vocab(counts, 3, always=[11]) == [5, 9, 11]
+    modes = [distill_data.SamplingMode("greedy", 0.0, 3), distill_data.SamplingMode("t1", 1.0, 1)]
+    chosen = distill_data.assign_modes(400, modes, seed=0)
+    assert chosen == distill_data.assign_modes(400, modes, seed=0)
+    assert 250 < sum(m.name == "greedy" for m in chosen) < 350
+    batches = distill_data.batches_by_length(range(5), [5, 1, 4, 2, 3], 2)
+    assert batches == [[1, 3], [4, 2], [0]]
+
+
+def test_distillation_loss_learns_a_tiny_target():
+    target = tiny_model("llama", seed=0, vocab=32)
+    torch.manual_seed(0)
+    prompts = [[random.Random(i).randrange(32) for _ in range(4)] for i in range(12)]
+    records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=12, keep_top=8,
+                                        eos_token_id=None, pad_token_id=0)
+    shard = {k: [r[k] for r in records] for k in records[0]}
+    shard["mode"] = ["t1"] * len(records)
+    vocab = list(range(32))
+    draft = distill_train.init_draft_from_target(target, vocab, init_layers=[0], embed_rank=8)
+    examples = distill_train.make_examples(shard, vocab, max_len=64)
+    batch = distill_train.collate(examples, pad_id=0)
+    assert batch.rows.shape[0] == batch.top_ids.shape[0] == sum(len(e.top_ids) for e in examples)
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss, _, _ = distill_train.distill_loss(draft, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+    metrics = distill_train.agreement(draft, examples, pad_id=0)
+    assert 0 <= metrics["agree_top1"] <= metrics["target_in_top4"] <= 1
+
+
+def test_cosine_schedule():
+    assert distill_train.cosine_lr(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
+    assert distill_train.cosine_lr(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
+    assert distill_train.cosine_lr(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+
+
+@pytest.fixture(scope="module")
+def tiny_target_dir(tmp_path_factory):
+    """A tiny random Llama with the default target's tokenizer (so the chat template is real)."""
+    tokenizer = load_tokenizer(DEFAULT_TARGET)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("tiny-target")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _train_draft(run_dir, target_dir, *overrides):
+    args = [sys.executable, str(ROOT / "experiments/train_draft.py"), f"hydra.run.dir={run_dir}", f"target={target_dir}",
+            "pool.size=6", "generate.max_new_tokens=6", "generate.batch_size=3", "generate.shard_prompts=3",
+            "vocab.size=300", "draft.init_layers=[0]", "draft.embed_rank=8", "train.tokens_per_batch=512",
+            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1", "threads=1", *overrides]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
+    run = tmp_path / "run"
+    first = _train_draft(run, tiny_target_dir, "train.max_steps=3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert len((run / "prompts.jsonl").read_text().splitlines()) == 6
+    assert len(list((run / "shards").glob("shard_*.pt"))) == 2
+    vocab = json.loads((run / "vocab.json").read_text())
+    assert vocab["size"] <= 300 and 0 < vocab["answer_token_coverage"] <= 1
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3] and "agree_top1" in log[0]
+    draft = load_model(run / "draft")
+    assert type(draft).__name__ == "TreespecDraftForCausalLM" and draft.dtype == torch.float32
+    summary = json.loads((run / "draft" / "training_summary.json").read_text())
+    assert summary["train_steps"] == 3 and summary["answers"] == 6
+
+    second = _train_draft(run, tiny_target_dir, "train.max_steps=5")  # resumes from the step-2/3 checkpoint
+    assert second.returncode == 0, second.stderr[-3000:]
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4, 5]
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == ["step_000004.pt", "step_000005.pt"]
