@@ -7,6 +7,8 @@ Names understood by `load_model` / `load_tokenizer`:
   under ``$TREESPEC_CACHE`` (default ``~/.cache/treespec``), keyed by the GGUF file's SHA-256, written
   atomically and verified (sizes and SHA-256) before it is trusted.
 * ``smollm2-135m-draft``: the default draft, trained by treespec for that target (``treespec/assets``).
+* ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
+  with the default target's tokenizer, for tests and smoke runs;
 * a local Hugging Face model directory;
 * a hub id that is already in the local Hugging Face cache (nothing is ever downloaded).
 """
@@ -138,6 +140,33 @@ def default_target_dir() -> Path:
     return cached_directory(f"smollm2-135m-instruct-{file_sha256(gguf)[:16]}", _build_default_target)
 
 
+TINY_MODELS = {
+    "tiny-random-llama": {"seed": 0, "layers": 2, "hidden": 64},
+    "tiny-random-llama-draft": {"seed": 1, "layers": 1, "hidden": 32},
+}
+
+
+def _tiny_model(name: str) -> PreTrainedModel:
+    """A random Llama with the default target's vocabulary; its output layer is scaled so that logits are
+    peaked (greedy decoding of a near-uniform model would hinge on float noise)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = TINY_MODELS[name]
+    tokenizer = load_tokenizer(DEFAULT_TARGET)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec["hidden"], intermediate_size=2 * spec["hidden"],
+                         num_hidden_layers=spec["layers"], num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                         tie_word_embeddings=True)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(spec["seed"])
+    model = LlamaForCausalLM(config)
+    torch.random.set_rng_state(generator_state)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    return model
+
+
 def resolve(name_or_path: str | os.PathLike) -> Path | str:
     """Map a built-in name to its local directory; keep paths and hub ids as they are."""
     name = str(name_or_path)
@@ -163,13 +192,16 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, *TINY_MODELS])
         raise MissingAssetError(
-            f"cannot load '{name_or_path}' offline: it is neither a built-in name "
-            f"({DEFAULT_TARGET}, {DEFAULT_DRAFT}), a local model directory, nor a hub id in the local cache ({err})"
+            f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
+            "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"
         ) from err
 
 
 def load_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
+    if str(name_or_path) in TINY_MODELS:
+        name_or_path = DEFAULT_TARGET
     return _offline_from_pretrained(AutoTokenizer, name_or_path)
 
 
@@ -184,6 +216,11 @@ def load_model(
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                  "float16": torch.float16, "fp16": torch.float16}.get(dtype) or _bad_dtype(dtype)
+    if str(name_or_path) in TINY_MODELS:
+        model = _tiny_model(str(name_or_path)).to(dtype)
+        if attn_implementation:
+            model.set_attn_implementation(attn_implementation)
+        return model.to(device).eval()
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

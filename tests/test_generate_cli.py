@@ -1,0 +1,107 @@
+"""`python -m treespec.generate` end to end on tiny models: streamed output, report, compare, errors."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from treespec.generate import IncrementalDecoder
+from treespec.models import DEFAULT_TARGET, load_tokenizer
+
+ROOT = Path(__file__).parents[1]
+TINY = ["model=tiny", "hardware=none"]
+
+
+def run_cli(*args, timeout=300):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "treespec.generate", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def report(stdout: str) -> dict[str, str]:
+    """The key: value lines after the last report header."""
+    block = stdout.rsplit("--- treespec report ---", 1)[1]
+    return dict(re.match(r"([^:]+):\s+(.*)", line).groups() for line in block.strip().splitlines())
+
+
+def test_greedy_compare_reports_identical_outputs():
+    result = run_cli(*TINY, "tree=chain", "tree.k=3", "compare=true", "max_new_tokens=16", "prompt=Hello there")
+    assert result.returncode == 0, result.stderr
+    rows = report(result.stdout)
+    assert rows["new tokens"] == "16" and rows["stop"] == "max_new_tokens"
+    passes = int(rows["target passes"])
+    assert float(rows["tokens per pass"].split()[0]) == pytest.approx(16 / passes, abs=0.01)
+    assert "(predicted" in rows["tokens per pass"]
+    assert rows["tree"].startswith("chain, budget 4, depth 4")
+    assert rows["outputs identical"] == "yes" and rows["speedup"].endswith("x")
+
+
+def test_sequoia_hardware_aware_choice_and_sampling(tmp_path):
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "made_up.yaml").write_text(
+        "name: made-up\ntarget_ms: {1: 10.0, 4: 11.0, 8: 13.0, 16: 20.0}\ndraft_ms: 1.0\n")
+    result = run_cli("model=tiny", "tree=sequoia", "sampling=t0.7", "seed=1", "max_new_tokens=12",
+                     f"hydra.searchpath=[file://{tmp_path}]", "hardware=made_up")
+    assert result.returncode == 0, result.stderr
+    rows = report(result.stdout)
+    assert "hardware-aware choice" in rows["tree"] and rows["hardware profile"].startswith("made-up (c = 0.100)")
+    assert rows["acceptance"].endswith("(model tiny, sampled)")
+
+
+def test_dynamic_tree_and_prompt_file(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "One"}\n{"prompt": "Two"}\n')
+    result = run_cli(*TINY, "tree=dynamic", f"prompt_file={prompts}", "max_new_tokens=6", "stream=false")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("--- treespec report ---") == 2 and "=== prompt 2/2" in result.stdout
+    assert report(result.stdout)["tree"].startswith("dynamic, budget 10, depth 6")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tree.budgett=3"], "Could not override 'tree.budgett'"),
+    (["tree=nope"], "Could not find 'tree/nope'"),
+    (["max_new_tokens=lots"], "max_new_tokens"),
+    (["tree=chain", "target=/no/such/model"], "no model directory"),
+    (["tree=chain", "prompt_file=/no/such/file.jsonl"], "prompt file not found"),
+    (["tree=chain", "sampling.top_p=1.5"], "top_p"),
+    (["tree=sequoia"], "needs a measured hardware profile"),
+])
+def test_bad_input_is_one_line_and_status_2(args, message):
+    result = run_cli(*TINY, *args, "max_new_tokens=4")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_tokenizer_mismatch(tmp_path):
+    from treespec.models import load_model
+
+    draft = load_model("tiny-random-llama-draft")
+    tokenizer = load_tokenizer(DEFAULT_TARGET)
+    tokenizer.add_tokens(["<not-in-the-target>"])
+    draft.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    result = run_cli(*TINY, "tree=chain", f"draft={tmp_path}", "max_new_tokens=4")
+    assert result.returncode == 2 and "differs from the target's" in result.stderr
+
+
+def test_help_lists_the_options():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for word in ("tree:", "sampling:", "model:", "max_new_tokens", "compare", "prompt_file", "tree=dynamic"):
+        assert word in result.stdout, word
+
+
+def test_incremental_decoding_never_splits_characters():
+    tokenizer = load_tokenizer(DEFAULT_TARGET)
+    text = "Grüße aus Köln 🙂🎉 — naïve café ✓"
+    ids = tokenizer(text)["input_ids"]
+    decoder = IncrementalDecoder(tokenizer)
+    pieces = [decoder.push([t]) for t in ids] + [decoder.flush()]
+    assert all("\ufffd" not in piece for piece in pieces)
+    assert "".join(pieces) == tokenizer.decode(ids)
+    assert sum(1 for p in pieces if p == "") > 0  # some tokens were held back mid-character

@@ -1,0 +1,69 @@
+"""Entry-point plumbing shared by `python -m treespec.generate` and the scripts in experiments/.
+
+Not library code: this is where Hydra meets treespec. `run_app` registers the config schemas, checks the
+command-line overrides before anything runs, and turns a caller's mistake (a bad override, a missing
+model or file, an invalid value) into one line on stderr and exit status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from treespec.errors import TreespecError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+EXIT_USAGE = 2
+
+
+def fail(message: str) -> None:
+    """Print `error: <message>` as one line and exit with status 2."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+
+def register(schemas: dict[str, type]) -> None:
+    """Register app schemas (config name -> dataclass; their typed fields validate the config groups)."""
+    store = ConfigStore.instance()
+    for name, node in schemas.items():
+        store.store(name=name, node=node)
+
+
+def _precheck(config_name: str, args: list[str]) -> None:
+    """Compose the config once with the given overrides so that mistakes fail fast and briefly."""
+    if any(a.startswith("-") for a in args):  # --help, --cfg, -m ... are Hydra's own business
+        return
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = compose(config_name=config_name, overrides=args)
+            OmegaConf.resolve(cfg)
+    except Exception as err:  # noqa: BLE001  (any composition error is the caller's to fix)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        fail(f"{first} (see --help for the options)")
+
+
+def run_app(task: Callable[[DictConfig], Any], config_name: str, schemas: dict[str, type]) -> None:
+    """Run `task(cfg)` as a Hydra app configured by conf/<config_name>.yaml."""
+    register(schemas)
+    _precheck(config_name, sys.argv[1:])
+
+    @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base=None)
+    def _main(cfg: DictConfig) -> Any:
+        try:
+            return task(cfg)
+        except TreespecError as err:
+            fail(str(err))
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _main()

@@ -1,0 +1,192 @@
+"""`python -m treespec.generate`: decode a prompt with tree speculation, streaming the answer, then report.
+
+    python -m treespec.generate prompt="Write a haiku about rain." max_new_tokens=200
+    python -m treespec.generate tree=sequoia tree.budget=16 tree.max_depth=6 compare=true
+    python -m treespec.generate tree=dynamic sampling=t0.7 seed=1
+    python -m treespec.generate target=<name or dir> draft=<name or dir> prompt_file=prompts.jsonl
+    python -m treespec.generate --help
+
+Configuration: conf/generate.yaml and the groups model/, tree/, sampling/, hardware/.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from treespec import cli
+from treespec.configs import (
+    HardwareSpec,
+    ModelSpec,
+    SamplingSpec,
+    TreeSpec,
+    acceptance_for,
+    build_policy,
+    latency_profile,
+    resolve_device,
+    sampling_config,
+)
+from treespec.data import encode_prompt, load_prompts
+from treespec.engine import Generation, autoregressive, generate
+from treespec.errors import ConfigError, TreespecError
+from treespec.models import check_pair, load_model, load_tokenizer
+
+
+@dataclass
+class GenerateSchema:
+    model: ModelSpec = field(default_factory=ModelSpec)
+    tree: TreeSpec = field(default_factory=TreeSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    target: str = "${model.target}"
+    draft: Optional[str] = "${model.draft}"
+    prompt: str = "Explain in three sentences why the sky is blue."
+    prompt_file: Optional[str] = None  # a JSONL file with a "prompt" field per line
+    max_new_tokens: int = 128
+    seed: int = 0
+    compare: bool = False  # also decode with the target alone and report the speedup
+    device: str = "auto"
+    dtype: str = "float32"
+    chat: Optional[bool] = None  # None: apply the chat template when the tokenizer has one
+    stream: bool = True
+
+
+class IncrementalDecoder:
+    """Turns a growing list of token ids into text pieces, holding back incomplete UTF-8 characters."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.printed = ""
+
+    def push(self, new_tokens: list[int]) -> str:
+        self.tokens.extend(new_tokens)
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        if text.endswith("\ufffd"):  # a multi-byte character is still incomplete
+            return ""
+        piece, self.printed = text[len(self.printed):], text
+        return piece
+
+    def flush(self) -> str:
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        piece, self.printed = text[len(self.printed):], text
+        return piece
+
+
+def _check_tokenizers(target_name: str, draft_name: str, target_tokenizer) -> None:
+    try:
+        draft_tokenizer = load_tokenizer(draft_name)
+    except (OSError, TreespecError):
+        return  # a draft directory without its own tokenizer: the vocabulary-size check still applies
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
+        raise ConfigError(f"the draft's tokenizer ({draft_name}) differs from the target's ({target_name}); "
+                          "treespec needs a draft that shares the target's tokenizer")
+
+
+
+def _report(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
+
+
+def _prompt_texts(cfg: DictConfig) -> list[str]:
+    if cfg.prompt_file:
+        return [p.text for p in load_prompts(cfg.prompt_file)]
+    if not str(cfg.prompt).strip():
+        raise ConfigError("prompt is empty: pass prompt=\"...\" or prompt_file=<jsonl>")
+    return [str(cfg.prompt)]
+
+
+def run(cfg: DictConfig) -> None:
+    sampling = sampling_config(SamplingSpec(**cfg.sampling))
+    model_spec = ModelSpec(**OmegaConf.to_container(cfg.model, resolve=True))
+    tree_spec = TreeSpec(**OmegaConf.to_container(cfg.tree, resolve=True))
+    hardware_spec = HardwareSpec(**OmegaConf.to_container(cfg.hardware, resolve=True))
+    acceptance = acceptance_for(model_spec, tree_spec, sampling)
+    choice = build_policy(tree_spec, acceptance, latency_profile(hardware_spec), hardware_spec.name)
+    texts = _prompt_texts(cfg)
+    device = resolve_device(cfg.device)
+
+    print(f"loading target {cfg.target} and draft {cfg.draft} ...", file=sys.stderr, flush=True)
+    tokenizer = load_tokenizer(cfg.target)
+    target = load_model(cfg.target, dtype=cfg.dtype, device=device, attn_implementation=model_spec.attn_implementation)
+    needs_draft = choice.policy.describe()["policy"] != "autoregressive"
+    draft = None
+    if needs_draft:
+        if not cfg.draft:
+            raise ConfigError(f"tree={tree_spec.policy} needs a draft model: set draft=<name or dir>")
+        _check_tokenizers(cfg.target, cfg.draft, tokenizer)
+        draft = load_model(cfg.draft, dtype=cfg.dtype, device=device,
+                           attn_implementation=model_spec.attn_implementation)
+        check_pair(target, draft)
+
+    for index, text in enumerate(texts):
+        prompt = encode_prompt(tokenizer, text, chat=cfg.chat)
+        if len(texts) > 1:
+            print(f"\n=== prompt {index + 1}/{len(texts)}: {text[:80]!r}")
+        decoder = IncrementalDecoder(tokenizer)
+
+        def stream(tokens: list[int], decoder=decoder) -> None:
+            if cfg.stream:
+                print(decoder.push(tokens), end="", flush=True)
+
+        kwargs: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, temperature=sampling.temperature,
+                                      top_p=sampling.top_p, top_k=sampling.top_k, seed=cfg.seed)
+        start = time.perf_counter()
+        out = generate(target, draft, prompt, tree=choice.policy, streamer=stream, **kwargs)
+        wall = time.perf_counter() - start
+        if cfg.stream:
+            print(decoder.flush(), flush=True)
+        else:
+            print(tokenizer.decode(out.tokens, skip_special_tokens=True), flush=True)
+        rows = _rows(out, wall, choice.info, model_spec, hardware_spec, sampling.greedy, cfg)
+        identical = True
+        if cfg.compare:
+            base = autoregressive(target, prompt, **kwargs)
+            identical = base.tokens == out.tokens
+            rows += [("autoregressive", f"{base.tokens_per_second:.2f} tokens/s ({len(base.tokens)} tokens, "
+                                        f"{base.seconds:.2f} s)"),
+                     ("speedup", f"{out.tokens_per_second / base.tokens_per_second:.2f}x")]
+            if sampling.greedy:
+                rows.append(("outputs identical", "yes" if identical else "NO"))
+        print("--- treespec report ---\n" + _report(rows), flush=True)
+        if cfg.compare and sampling.greedy and not identical:
+            print("error: greedy speculative output differs from the target's own", file=sys.stderr)
+            sys.exit(1)
+
+
+def _rows(out: Generation, wall: float, info: dict, model: ModelSpec, hardware: HardwareSpec, greedy: bool,
+          cfg: DictConfig) -> list[tuple[str, str]]:
+    predicted = info.get("predicted_accepted")
+    rows = [
+        ("new tokens", str(len(out.tokens))),
+        ("wall time", f"{wall:.2f} s"),
+        ("tokens/s", f"{len(out.tokens) / wall:.2f}"),
+        ("target passes", str(out.target_passes)),
+        ("tokens per pass", f"{out.mean_accepted:.2f}" + (f" (predicted {predicted:.2f})" if predicted else "")),
+        ("stop", out.stop_reason),
+    ]
+    tree = f"{info['policy']}, budget {info.get('budget')}, depth {info.get('depth')}"
+    if info.get("hardware_aware"):
+        tree += f" (hardware-aware choice, predicted speedup {info['predicted_speedup']:.2f}x)"
+    rows.append(("tree", tree))
+    if "acceptance" in info:
+        source = "tree.acceptance" if cfg.tree.acceptance else f"model {model.name}, {'greedy' if greedy else 'sampled'}"
+        rows.append(("acceptance", f"{info['acceptance']} ({source})"))
+    if "hardware" in info:
+        rows.append(("hardware profile", f"{hardware.name} (c = {info['draft_cost']:.3f})"))
+    return rows
+
+
+def main() -> None:
+    torch.set_grad_enabled(False)
+    cli.run_app(run, "generate", {"generate_schema": GenerateSchema})
+
+
+if __name__ == "__main__":
+    main()
