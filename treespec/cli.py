@@ -67,3 +67,15 @@ def run_app(task: Callable[[DictConfig], Any], config_name: str, schemas: dict[s
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _main()
+
+
+def to_spec(cls: type, node: DictConfig) -> Any:
+    """A config group node as its schema dataclass (interpolations resolved)."""
+    return cls(**OmegaConf.to_container(node, resolve=True))
+
+
+def output_dir() -> Path:
+    """The Hydra run (or multirun job) directory of the current app."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)

@@ -11,8 +11,10 @@ from typing import Any, Optional
 
 import torch
 
-from treespec.errors import ConfigError
+from treespec.data import Prompt, encode_prompt, load_prompts
+from treespec.errors import ConfigError, TreespecError
 from treespec.latency import LatencyProfile
+from treespec.models import check_pair, load_model, load_tokenizer
 from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
 from treespec.policies import CHILDREN_MODES, Dynamic, Static, TreePolicy
 from treespec.sampling import SamplingConfig
@@ -162,3 +164,40 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device '{device}' asked for, but CUDA is not available here; use device=cpu or auto")
     return resolved
+
+
+def check_tokenizers(target_name: str, draft_name: str, target_tokenizer) -> None:
+    """Fail when the draft ships a tokenizer that differs from the target's."""
+    try:
+        draft_tokenizer = load_tokenizer(draft_name)
+    except (OSError, TreespecError):
+        return  # a draft directory without its own tokenizer: the vocabulary-size check still applies
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
+        raise ConfigError(f"the draft's tokenizer ({draft_name}) differs from the target's ({target_name}); "
+                          "treespec needs a draft that shares the target's tokenizer")
+
+
+@dataclass(frozen=True)
+class LoadedPair:
+    target: Any
+    draft: Any  # None when no draft was asked for
+    tokenizer: Any
+
+
+def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
+              attn_implementation: str = "sdpa") -> LoadedPair:
+    """Target, optional draft and the target's tokenizer, checked to fit together."""
+    tokenizer = load_tokenizer(target)
+    target_model = load_model(target, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    draft_model = None
+    if draft:
+        check_tokenizers(target, draft, tokenizer)
+        draft_model = load_model(draft, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        check_pair(target_model, draft_model)
+    return LoadedPair(target_model, draft_model, tokenizer)
+
+
+def load_data(spec: DataSpec, tokenizer) -> list[tuple[Prompt, list[int]]]:
+    """The prompt set of a DataSpec, each prompt with its token ids (chat template applied as configured)."""
+    prompts = load_prompts(spec.source, limit=spec.limit, shuffle_seed=spec.shuffle_seed)
+    return [(p, encode_prompt(tokenizer, p.text, chat=spec.chat)) for p in prompts]

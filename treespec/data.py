@@ -1,8 +1,9 @@
-"""Prompt sets, offline: MT-Bench (80 questions, both turns), HumanEval (164 prompts), any JSONL file.
+"""Prompt sets, offline: MT-Bench (80 questions, both turns), HumanEval (164 prompts), held-out prompt-pool
+prompts, any JSONL file.
 
-Every loader returns a list of `Prompt`; `load_prompts(name_or_path, limit=, seed=)` dispatches by name
-("mtbench", "humaneval") or path (a .jsonl file with a `prompt` field and optional `id`, `category`).
-`encode_prompt` applies a tokenizer's chat template when it has one.
+Every loader returns a list of `Prompt`; `load_prompts(name_or_path, limit=, shuffle_seed=)` dispatches by
+name ("mtbench", "humaneval", "pool") or path (a .jsonl file with a `prompt` field and optional `id`,
+`category`). `encode_prompt` applies a tokenizer's chat template when it has one.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from transformers import PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError, MissingAssetError
 from treespec.models import asset_package_dir, install_hint
+from treespec.prompt_pool import build_prompt_pool
 
 _MTBENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 _HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
+DRAFT_TRAINING_POOL = {"n": 12000, "seed": 0}  # the default draft's training prompts (conf/train_draft.yaml)
+HELDOUT_POOL_SEED = 1
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,15 @@ def humaneval() -> list[Prompt]:
     return [Prompt(r["task_id"], r["prompt"], "humaneval", (r["prompt"],)) for r in rows]
 
 
+def heldout_pool(n: int = 200) -> list[Prompt]:
+    """n template prompts (treespec.prompt_pool, seed 1) that are not among the default draft's training
+    prompts, nor MT-Bench or HumanEval: for measuring acceptance apart from the evaluation sets."""
+    training = {p.text for p in build_prompt_pool(**DRAFT_TRAINING_POOL)}
+    candidates = build_prompt_pool(n + n // 2 + 50, seed=HELDOUT_POOL_SEED)
+    kept = [p for p in candidates if p.text not in training][:n]
+    return [Prompt(f"pool/{i}", p.text, p.category, (p.text,)) for i, p in enumerate(kept)]
+
+
 def jsonl(path: str | Path) -> list[Prompt]:
     """Prompts from a JSONL file: each line an object with `prompt` and optional `id`, `category`."""
     path = Path(path).expanduser()
@@ -77,7 +90,7 @@ def jsonl(path: str | Path) -> list[Prompt]:
 
 def load_prompts(source: str | Path, *, limit: int | None = None, shuffle_seed: int | None = None) -> list[Prompt]:
     """Load "mtbench", "humaneval" or a JSONL path; optionally shuffle (seeded) and keep the first `limit`."""
-    builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval}
+    builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval, "pool": heldout_pool}
     loader = builtin.get(str(source).lower())
     prompts = loader() if loader else jsonl(source)
     if shuffle_seed is not None:

@@ -28,13 +28,13 @@ from treespec.configs import (
     acceptance_for,
     build_policy,
     latency_profile,
+    load_pair,
     resolve_device,
     sampling_config,
 )
 from treespec.data import encode_prompt, load_prompts
 from treespec.engine import Generation, autoregressive, generate
-from treespec.errors import ConfigError, TreespecError
-from treespec.models import check_pair, load_model, load_tokenizer
+from treespec.errors import ConfigError
 
 
 @dataclass
@@ -78,17 +78,6 @@ class IncrementalDecoder:
         return piece
 
 
-def _check_tokenizers(target_name: str, draft_name: str, target_tokenizer) -> None:
-    try:
-        draft_tokenizer = load_tokenizer(draft_name)
-    except (OSError, TreespecError):
-        return  # a draft directory without its own tokenizer: the vocabulary-size check still applies
-    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
-        raise ConfigError(f"the draft's tokenizer ({draft_name}) differs from the target's ({target_name}); "
-                          "treespec needs a draft that shares the target's tokenizer")
-
-
-
 def _report(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows) + 2
     return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
@@ -112,18 +101,13 @@ def run(cfg: DictConfig) -> None:
     texts = _prompt_texts(cfg)
     device = resolve_device(cfg.device)
 
+    needs_draft = tree_spec.policy != "autoregressive"
+    if needs_draft and not cfg.draft:
+        raise ConfigError(f"tree={tree_spec.policy} needs a draft model: set draft=<name or dir>")
     print(f"loading target {cfg.target} and draft {cfg.draft} ...", file=sys.stderr, flush=True)
-    tokenizer = load_tokenizer(cfg.target)
-    target = load_model(cfg.target, dtype=cfg.dtype, device=device, attn_implementation=model_spec.attn_implementation)
-    needs_draft = choice.policy.describe()["policy"] != "autoregressive"
-    draft = None
-    if needs_draft:
-        if not cfg.draft:
-            raise ConfigError(f"tree={tree_spec.policy} needs a draft model: set draft=<name or dir>")
-        _check_tokenizers(cfg.target, cfg.draft, tokenizer)
-        draft = load_model(cfg.draft, dtype=cfg.dtype, device=device,
-                           attn_implementation=model_spec.attn_implementation)
-        check_pair(target, draft)
+    pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=device, dtype=cfg.dtype,
+                     attn_implementation=model_spec.attn_implementation)
+    target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
 
     for index, text in enumerate(texts):
         prompt = encode_prompt(tokenizer, text, chat=cfg.chat)

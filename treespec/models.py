@@ -8,7 +8,8 @@ Names understood by `load_model` / `load_tokenizer`:
   atomically and verified (sizes and SHA-256) before it is trusted.
 * ``smollm2-135m-draft``: the default draft, trained by treespec for that target (``treespec/assets``).
 * ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
-  with the default target's tokenizer, for tests and smoke runs;
+  with the default target's tokenizer, for tests and smoke runs; ``random-llama-7b`` / ``random-llama-68m``:
+  random models shaped like Llama-2-7B and llama-68m, for latency profiles (timing needs no weights);
 * a local Hugging Face model directory;
 * a hub id that is already in the local Hugging Face cache (nothing is ever downloaded).
 """
@@ -140,30 +141,40 @@ def default_target_dir() -> Path:
     return cached_directory(f"smollm2-135m-instruct-{file_sha256(gguf)[:16]}", _build_default_target)
 
 
-TINY_MODELS = {
-    "tiny-random-llama": {"seed": 0, "layers": 2, "hidden": 64},
-    "tiny-random-llama-draft": {"seed": 1, "layers": 1, "hidden": 32},
+RANDOM_MODELS = {  # name -> (seed, Llama config fields); "vocab": None = the default target's tokenizer
+    "tiny-random-llama": (0, {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": None}),
+    "tiny-random-llama-draft": (1, {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
+                                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": None}),
+    # shaped like Llama-2-7B and JackFram/llama-68m: for latency profiles, which need no real weights
+    "random-llama-7b": (0, {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+                            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}),
+    "random-llama-68m": (1, {"num_hidden_layers": 2, "hidden_size": 768, "intermediate_size": 3072,
+                             "num_attention_heads": 12, "num_key_value_heads": 12, "vocab_size": 32000}),
 }
 
 
-def _tiny_model(name: str) -> PreTrainedModel:
-    """A random Llama with the default target's vocabulary; its output layer is scaled so that logits are
-    peaked (greedy decoding of a near-uniform model would hinge on float noise)."""
+def _random_model(name: str, dtype: torch.dtype, device: str | torch.device) -> PreTrainedModel:
+    """A random Llama built from a config, directly on `device` in `dtype`. Models using the default
+    tokenizer get a scaled output layer so that logits are peaked (greedy decoding of a near-uniform
+    model would hinge on float noise)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    spec = TINY_MODELS[name]
-    tokenizer = load_tokenizer(DEFAULT_TARGET)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec["hidden"], intermediate_size=2 * spec["hidden"],
-                         num_hidden_layers=spec["layers"], num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                         tie_word_embeddings=True)
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(spec["seed"])
-    model = LlamaForCausalLM(config)
-    torch.random.set_rng_state(generator_state)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)
+    seed, fields = RANDOM_MODELS[name]
+    fields = dict(fields)
+    tokenizer = load_tokenizer(DEFAULT_TARGET) if fields["vocab_size"] is None else None
+    if tokenizer is not None:
+        fields.update(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True,
+                      pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    config = LlamaConfig(max_position_embeddings=4096, **fields)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+    torch.random.set_rng_state(state)
+    if tokenizer is not None:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(30.0)
     return model
 
 
@@ -192,7 +203,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
-        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, *TINY_MODELS])
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, *RANDOM_MODELS])
         raise MissingAssetError(
             f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
             "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"
@@ -200,7 +211,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
 
 
 def load_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
-    if str(name_or_path) in TINY_MODELS:
+    if str(name_or_path) in RANDOM_MODELS:
         name_or_path = DEFAULT_TARGET
     return _offline_from_pretrained(AutoTokenizer, name_or_path)
 
@@ -216,11 +227,11 @@ def load_model(
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                  "float16": torch.float16, "fp16": torch.float16}.get(dtype) or _bad_dtype(dtype)
-    if str(name_or_path) in TINY_MODELS:
-        model = _tiny_model(str(name_or_path)).to(dtype)
+    if str(name_or_path) in RANDOM_MODELS:
+        model = _random_model(str(name_or_path), dtype, device)
         if attn_implementation:
             model.set_attn_implementation(attn_implementation)
-        return model.to(device).eval()
+        return model.eval()
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

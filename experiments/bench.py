@@ -1,0 +1,174 @@
+"""Where treespec stands: every method on the same prompts, in one process, interleaved (conf/bench.yaml).
+
+    make bench                                              # default pair, 12 MT-Bench prompts, ~15 minutes
+    python experiments/bench.py data.limit=80               # all 80 MT-Bench first turns
+    python experiments/bench.py data=humaneval data.limit=null methods=[hf_generate,sequoia]
+
+Methods: transformers `generate` with the target alone (hf_generate), transformers assisted generation with
+the same draft (hf_assisted, its default settings), treespec autoregressive, chain, k-ary, Sequoia (the
+hardware-aware tree) and dynamic trees. For each prompt and sampling mode every method runs once, in a
+rotating order. Target passes are counted with a forward hook on the target, for every method alike.
+Writes bench.csv (the table), bench_rows.jsonl (one row per prompt x sampling x method) and bench.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from treespec import cli
+from treespec.configs import (
+    DataSpec,
+    HardwareSpec,
+    ModelSpec,
+    SamplingSpec,
+    TreeSpec,
+    acceptance_for,
+    build_policy,
+    latency_profile,
+    load_data,
+    load_pair,
+    resolve_device,
+    sampling_config,
+)
+from treespec.engine import generate
+from treespec.errors import ConfigError
+from treespec.reporting import bench_table, format_table
+from treespec.sampling import SamplingConfig
+
+HF_METHODS = ("hf_generate", "hf_assisted")
+
+
+@dataclass
+class BenchSchema:
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    methods: list[str] = field(default_factory=lambda: ["hf_generate", "hf_assisted", "autoregressive", "chain",
+                                                        "kary", "sequoia", "dynamic"])
+    trees: dict[str, TreeSpec] = field(default_factory=dict)  # treespec method name -> its tree
+    samplings: list[SamplingSpec] = field(default_factory=list)
+    max_new_tokens: int = 128
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: int = 0
+    target: str = "${model.target}"
+    draft: Optional[str] = "${model.draft}"
+
+
+class PassCounter:
+    """Counts forward calls of a model (one per target pass) through a forward pre-hook."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.calls = 0
+        self.handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_):
+        self.calls += 1
+
+
+def hf_decode(target, assistant, ids: list[int], sampling: SamplingConfig, max_new_tokens: int, eos: int | None,
+              pad: int, seed: int) -> list[int]:
+    """transformers' generate (optionally assisted), with the same sampling settings as treespec."""
+    torch.manual_seed(seed)
+    options: dict[str, Any] = {"do_sample": False}
+    if not sampling.greedy:
+        options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                   "top_k": sampling.top_k}  # top_k=0 disables transformers' default of 50
+    out = target.generate(input_ids=torch.tensor([ids], device=target.device),
+                          attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=target.device),
+                          max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                          assistant_model=assistant, **options)
+    tokens = out[0, len(ids):].tolist()
+    return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
+
+
+def run(cfg: DictConfig) -> list[dict]:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model = cli.to_spec(ModelSpec, cfg.model)
+    hardware = cli.to_spec(HardwareSpec, cfg.hardware)
+    samplings = [cli.to_spec(SamplingSpec, s) for s in cfg.samplings]
+    methods = list(cfg.methods)
+    unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
+    if unknown:
+        raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
+    pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
+                     attn_implementation=model.attn_implementation)
+    prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)
+    eos, pad = pair.tokenizer.eos_token_id, pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id
+    choices = {}
+    for spec in samplings:
+        sampling = sampling_config(spec)
+        for method in methods:
+            if method not in HF_METHODS:
+                tree = cli.to_spec(TreeSpec, cfg.trees[method])
+                choices[spec.name, method] = build_policy(tree, acceptance_for(model, tree, sampling),
+                                                          latency_profile(hardware), hardware.name)
+    counter = PassCounter(pair.target)
+
+    def decode(method: str, spec: SamplingSpec, ids: list[int], seed: int, max_new: int) -> tuple[list[int], float, int]:
+        sampling = sampling_config(spec)
+        counter.calls = 0
+        start = time.perf_counter()
+        if method in HF_METHODS:
+            assistant = pair.draft if method == "hf_assisted" else None
+            tokens = hf_decode(pair.target, assistant, ids, sampling, max_new, eos, pad, seed)
+            passes = counter.calls
+        else:
+            out = generate(pair.target, pair.draft, ids, tree=choices[spec.name, method].policy,
+                           max_new_tokens=max_new, temperature=sampling.temperature, top_p=sampling.top_p,
+                           top_k=sampling.top_k, seed=seed, eos_token_id=eos)
+            tokens, passes = out.tokens, out.target_passes
+        return tokens, time.perf_counter() - start, passes
+
+    for spec in samplings:  # warm-up: first calls pay one-off costs
+        for method in methods:
+            decode(method, spec, prompts[0][1], cfg.seed, 8)
+
+    out_dir = cli.output_dir()
+    rows = []
+    with open(out_dir / "bench_rows.jsonl", "w") as row_file, \
+            tqdm(total=len(prompts) * len(samplings) * len(methods), desc="bench", unit="run") as bar:
+        for index, (prompt, ids) in enumerate(prompts):
+            for spec in samplings:
+                shift = index % len(methods)
+                reference = None
+                for method in methods[shift:] + methods[:shift]:
+                    tokens, seconds, passes = decode(method, spec, ids, cfg.seed + index, cfg.max_new_tokens)
+                    if spec.temperature == 0 and method == "hf_generate":
+                        reference = tokens
+                    choice = choices.get((spec.name, method))
+                    rows.append({"prompt_id": prompt.id, "category": prompt.category, "sampling": spec.name,
+                                 "method": method, "tokens": len(tokens), "seconds": seconds, "passes": passes,
+                                 "predicted_accepted": choice.info.get("predicted_accepted") if choice else None,
+                                 "output": tokens})
+                    bar.update(1)
+                for row in rows[-len(methods):]:  # greedy: every method must reproduce transformers' output
+                    row["matches_reference"] = None if reference is None else row["output"] == reference
+                    row_file.write(json.dumps(row) + "\n")
+    counter.handle.remove()
+    table = bench_table(rows)
+    print(format_table(table))
+    with open(out_dir / "bench.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
+                "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
+    (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
+    print(f"-> {out_dir}")
+    return table
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    cli.run_app(run, "bench", {"bench_schema": BenchSchema})
