@@ -24,6 +24,12 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m treespec.generate $(ARGS)
 
+bench: $(STAMP)
+	$(PY) experiments/bench.py $(ARGS)
+
+analysis: $(STAMP)
+	$(PY) analysis/build.py $(ARGS)
+
 lint: $(STAMP)
 	$(PY) -m ruff check treespec experiments tests analysis
 

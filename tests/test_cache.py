@@ -67,3 +67,26 @@ def test_sliding_window_models_must_fit_the_window():
     with pytest.raises(ConfigError, match="sliding attention window"):
         new_cache(model, 40)
     assert cache_length(new_cache(model, 16)) == 0
+
+
+def test_preallocated_cache_grows_and_matches_a_dynamic_cache():
+    from transformers.cache_utils import Cache
+
+    from treespec.cache import PreallocatedLayer
+
+    model = tiny_model("llama", sharpness=1.0)
+    small = Cache(layers=[PreallocatedLayer(3) for _ in range(model.config.num_hidden_layers)])
+    dynamic = DynamicCache()
+    tokens = torch.tensor([[4, 8, 15, 16, 23, 42, 7, 9]])
+    with torch.no_grad():
+        for start in range(0, 8, 2):  # four appends of two tokens: the 3-slot buffers must grow
+            a = model(input_ids=tokens[:, start:start + 2], cache=small, use_cache=True).logits
+            b = model(input_ids=tokens[:, start:start + 2], cache=dynamic, use_cache=True).logits
+            torch.testing.assert_close(a, b)
+    assert cache_length(small) == 8 and small.layers[0].capacity >= 8
+    commit(small, 5, [1, 2])
+    commit(dynamic, 5, [1, 2])
+    assert cache_length(small) == cache_length(dynamic) == 7
+    for (k, v), (k2, v2) in zip(_layers(small), _layers(dynamic)):
+        torch.testing.assert_close(k, k2)
+        torch.testing.assert_close(v, v2)

@@ -1,8 +1,11 @@
-"""KV-cache bookkeeping for tree passes: create a plain cache, and keep only the accepted slots.
+"""KV-cache bookkeeping for tree passes: a preallocated cache, and keeping only the accepted slots.
 
 After a pass over a tree, the cache holds `prefix_len` committed slots followed by one slot per node
 that went through the model. `commit` keeps the prefix plus the slots of the accepted path (a gather of
 non-contiguous slots into contiguous ones) and drops the rest.
+
+`new_cache` returns a transformers `Cache` whose layers write new keys/values in place into buffers
+allocated once (transformers' DynamicCache concatenates the whole cache on every forward instead).
 """
 
 from __future__ import annotations
@@ -10,14 +13,70 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, DynamicLayer
 
 from treespec.errors import ConfigError
 
 
-def new_cache(model: PreTrainedModel, max_length: int) -> DynamicCache:
-    """An empty full-attention cache; refuses sliding-window models whose window is shorter than
-    `max_length` (a tree mask replaces the model's own masks, so windows would not be applied)."""
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention layer cache with buffers [B, H, capacity, D]; `keys`/`values` are views of the
+    filled part. Appending writes in place; the buffers double when full."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, _ = key_states.shape
+        self.device = key_states.device
+        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1])
+        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+        self.truncate(0)
+
+    def _grow(self, needed: int) -> None:
+        self.capacity = max(needed, 2 * self.capacity)
+        for name in ("key_buffer", "value_buffer"):
+            old = getattr(self, name)
+            new = old.new_empty(*old.shape[:2], self.capacity, old.shape[-1])
+            new[..., : self.length, :] = old[..., : self.length, :]
+            setattr(self, name, new)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            self._grow(end)
+        self.key_buffer[..., self.length:end, :] = key_states
+        self.value_buffer[..., self.length:end, :] = value_states
+        self.truncate(end)
+        return self.keys, self.values
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` slots."""
+        self.length = length
+        self.keys = self.key_buffer[..., :length, :]
+        self.values = self.value_buffer[..., :length, :]
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and self.is_initialized:
+            self.truncate(max(0, self.length + tokens_to_remove))
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.truncate(0)
+
+
+def new_cache(model: PreTrainedModel, max_length: int) -> Cache:
+    """An empty full-attention cache for `max_length` tokens (it grows if needed); refuses sliding-window
+    models whose window is shorter than `max_length` (a tree mask replaces the model's own masks, so
+    windows would not be applied)."""
     window = getattr(model.config.get_text_config(), "sliding_window", None)
     uses_window = getattr(model.config.get_text_config(), "use_sliding_window", True)
     if window is not None and uses_window and max_length > window:
@@ -25,14 +84,15 @@ def new_cache(model: PreTrainedModel, max_length: int) -> DynamicCache:
             f"{type(model).__name__} uses a sliding attention window of {window} tokens; prompt + max_new_tokens "
             f"+ tree ({max_length}) must fit inside it"
         )
-    return DynamicCache()
+    layers = model.config.get_text_config().num_hidden_layers
+    return Cache(layers=[PreallocatedLayer(max_length + 64) for _ in range(layers)])
 
 
-def cache_length(cache: DynamicCache) -> int:
+def cache_length(cache: Cache) -> int:
     return cache.get_seq_length()
 
 
-def commit(cache: DynamicCache, prefix_len: int, kept: Sequence[int]) -> None:
+def commit(cache: Cache, prefix_len: int, kept: Sequence[int]) -> None:
     """Keep slots [0, prefix_len) and `prefix_len + kept[j]` (kept ascending), contiguously, in place."""
     kept_index = torch.as_tensor(list(kept), dtype=torch.long)
     new_len = prefix_len + len(kept_index)
@@ -45,4 +105,7 @@ def commit(cache: DynamicCache, prefix_len: int, kept: Sequence[int]) -> None:
             index = (prefix_len + kept_index).to(keys.device)
             keys[..., prefix_len:new_len, :] = keys.index_select(-2, index)
             values[..., prefix_len:new_len, :] = values.index_select(-2, index)
-        layer.keys, layer.values = keys[..., :new_len, :], values[..., :new_len, :]
+        if isinstance(layer, PreallocatedLayer):
+            layer.truncate(new_len)
+        else:
+            layer.keys, layer.values = keys[..., :new_len, :], values[..., :new_len, :]

@@ -1,0 +1,150 @@
+"""Experiment apps on tiny models: every config composes; run, multirun, acceptance, latency, tree, bench."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from treespec.cli import CONF_DIR, register
+from treespec.reporting import bench_table, format_table
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import bench  # noqa: E402
+import build_tree  # noqa: E402
+import measure_acceptance  # noqa: E402
+import profile_latency  # noqa: E402
+import run  # noqa: E402
+
+from treespec.generate import GenerateSchema  # noqa: E402
+
+SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
+           "measure_acceptance_schema": measure_acceptance.MeasureAcceptanceSchema,
+           "profile_latency_schema": profile_latency.ProfileLatencySchema,
+           "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema}
+
+
+def _compose(name, overrides=()):
+    register(SCHEMAS)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
+def test_every_experiment_config_composes(experiment):
+    cfg = _compose("run", [f"experiment={experiment}"])
+    assert cfg.name == experiment and cfg.tree.policy and cfg.data.source
+
+
+@pytest.mark.parametrize("name, overrides", [("run", []), ("bench", []), ("generate", []), ("measure_acceptance", []),
+                                             ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"])])
+def test_every_app_config_composes(name, overrides):
+    cfg = _compose(name, overrides)
+    assert cfg.model.target if "model" in cfg else cfg.acceptance_file
+
+
+@pytest.mark.parametrize("group", ["model", "tree", "sampling", "data", "hardware"])
+def test_every_group_option_composes(group):
+    for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+        extra = {"tree": ["tree.file=x.yaml"], "data": ["data.source=x.jsonl"]}.get(group, [])
+        cfg = _compose("run", [f"{group}={option}", *extra])
+        assert cfg[group] is not None
+
+
+def test_a_typo_is_an_error():
+    with pytest.raises(Exception, match="tree.budgett"):
+        _compose("run", ["tree.budgett=3"])
+
+
+def _app(script, *args, timeout=300):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    result = subprocess.run([sys.executable, str(ROOT / "experiments" / script), *args], capture_output=True, text=True,
+                            timeout=timeout, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_smoke_run_writes_metrics_and_summary(tmp_path):
+    _app("run.py", "experiment=smoke", f"hydra.run.dir={tmp_path}")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    prompts = [r for r in rows if r["kind"] == "prompt"]
+    passes = [r for r in rows if r["kind"] == "pass"]
+    assert len(prompts) == 2 and all(r["new_tokens"] == 8 for r in prompts)
+    assert sum(r["accepted"] for r in passes) == 16
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("tokens_per_second", "new_tokens", "target_passes", "mean_accepted", "predicted_accepted",
+                "phase_seconds", "phase_ms_per_pass", "policy", "config"):
+        assert key in summary
+    assert summary["new_tokens"] == 16 and summary["mean_accepted"] == pytest.approx(16 / len(passes))
+    assert (tmp_path / ".hydra" / "config.yaml").is_file()
+
+
+def test_two_job_multirun(tmp_path):
+    _app("run.py", "-m", "experiment=smoke", "tree.k=2,3", f"hydra.sweep.dir={tmp_path}")
+    budgets = sorted(json.loads((tmp_path / job / "summary.json").read_text())["policy"]["budget"] for job in ("0", "1"))
+    assert budgets == [3, 4]
+
+
+def test_acceptance_latency_tree_pipeline(tmp_path):
+    _app("measure_acceptance.py", "model=tiny", "data=pool", "data.limit=2", "max_new_tokens=8", "width=3", "depth=2",
+         "threads=1", f"hydra.run.dir={tmp_path / 'acc'}")
+    profile = yaml.safe_load((tmp_path / "acc" / "acceptance.yaml").read_text())
+    assert len(profile["vector"]) == 3 and len(profile["matrix"]) == 2 and profile["settings"]["model"] == "tiny"
+
+    _app("profile_latency.py", "model=tiny", "sizes=[1,2,4]", "repeats=2", "warmup=1", "prefix_len=16", "threads=1",
+         "name=tiny_cpu", f"hydra.run.dir={tmp_path / 'lat'}")
+    hardware = yaml.safe_load((tmp_path / "lat" / "hardware_tiny_cpu.yaml").read_text())
+    assert sorted(hardware["target_ms"]) == [1, 2, 4] and hardware["draft_ms"] > 0
+    (tmp_path / "conf" / "hardware").mkdir(parents=True)
+    (tmp_path / "conf" / "hardware" / "tiny_cpu.yaml").write_text(yaml.safe_dump(hardware))
+
+    _app("build_tree.py", f"acceptance_file={tmp_path / 'acc' / 'acceptance.yaml'}", "hardware=tiny_cpu",
+         f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "max_budget=4", f"hydra.run.dir={tmp_path / 'tree'}")
+    tree = yaml.safe_load((tmp_path / "tree" / "tree.yaml").read_text())
+    assert tree["provenance"]["hardware"] == "tiny_cpu" and "command" in tree["provenance"]
+    assert 1 <= tree["size"] <= 4
+
+    _app("run.py", "experiment=smoke", "tree=file", f"tree.file={tmp_path / 'tree' / 'tree.yaml'}",
+         f"hydra.run.dir={tmp_path / 'run'}")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["policy"]["budget"] == tree["size"]
+
+
+def test_bench_on_tiny_models(tmp_path):
+    result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=2", "max_new_tokens=8",
+                  "methods=[hf_generate,hf_assisted,autoregressive,chain,kary,dynamic]", "threads=1",
+                  f"hydra.run.dir={tmp_path}")
+    table = json.loads((tmp_path / "bench.json").read_text())["table"]
+    assert {(r["sampling"], r["method"]) for r in table} == {
+        (s, m) for s in ("greedy", "t0.7") for m in ("hf_generate", "hf_assisted", "autoregressive", "chain", "kary",
+                                                      "dynamic")}
+    for row in table:
+        if row["sampling"] == "greedy":
+            assert row["greedy_parity"] == 1.0, row
+        if row["method"] in ("hf_generate", "autoregressive"):
+            assert row["tokens_per_pass"] == pytest.approx(1.0, abs=0.15)
+    assert all(r["speedup"] == 1.0 for r in table if r["method"] == "hf_generate")
+    assert "tokens/s" in result.stdout and (tmp_path / "bench.csv").is_file()
+    rows = [json.loads(x) for x in (tmp_path / "bench_rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 6
+
+
+def test_bench_table_arithmetic():
+    rows = []
+    for prompt, (base_t, fast_t) in enumerate([(2.0, 1.0), (4.0, 1.0)]):
+        rows.append(dict(prompt_id=prompt, sampling="greedy", method="hf_generate", tokens=10, seconds=base_t,
+                         passes=10, matches_reference=True))
+        rows.append(dict(prompt_id=prompt, sampling="greedy", method="sequoia", tokens=10, seconds=fast_t, passes=4,
+                         predicted_accepted=2.4, matches_reference=prompt == 0))
+    table = {r["method"]: r for r in bench_table(rows)}
+    assert table["sequoia"]["speedup"] == pytest.approx((20 / 2) / (20 / 6))
+    assert table["sequoia"]["median_speedup"] == pytest.approx(3.0)  # median of 2x and 4x
+    assert table["sequoia"]["tokens_per_pass"] == pytest.approx(2.5)
+    assert table["sequoia"]["greedy_parity"] == 0.5 and table["hf_generate"]["speedup"] == 1.0
+    text = format_table(list(table.values()))
+    assert "sequoia" in text and "3.00x" in text and "50%" in text
