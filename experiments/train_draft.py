@@ -17,21 +17,90 @@ import json
 import logging
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
-import hydra
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from treespec import distill_data, distill_train
+from treespec import cli, distill_data, distill_train
 from treespec.data import encode_prompt
 from treespec.draft_model import TreespecDraftForCausalLM
 from treespec.models import load_model, load_tokenizer
 from treespec.prompt_pool import build_prompt_pool
 
 log = logging.getLogger("train_draft")
+
+
+@dataclass
+class PoolSpec:
+    size: int = 12000
+
+
+@dataclass
+class ModeSpec:
+    name: str = "greedy"
+    temperature: float = 0.0
+    weight: float = 1.0
+
+
+@dataclass
+class GenerateSpec:
+    max_new_tokens: int = 192
+    batch_size: int = 48
+    keep_top: int = 20
+    shard_prompts: int = 384
+    max_shards: Optional[int] = None
+    modes: list[ModeSpec] = field(default_factory=list)
+
+
+@dataclass
+class VocabSpec:
+    size: int = 6144
+
+
+@dataclass
+class DraftSpec:
+    init_layers: list[int] = field(default_factory=lambda: [0, 1])
+    embed_rank: int = 48
+
+
+@dataclass
+class TrainSpec:
+    holdout_fraction: float = 0.03
+    max_len: int = 512
+    tokens_per_batch: int = 6144
+    epochs: int = 3
+    max_steps: Optional[int] = None
+    lr: float = 1e-3
+    min_lr: float = 5e-5
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    checkpoint_every: int = 100
+
+
+@dataclass
+class ExportSpec:
+    dir: Optional[str] = None
+    dtype: str = "float16"
+
+
+@dataclass
+class TrainDraftSchema:
+    target: str = "smollm2-135m-instruct"
+    seed: int = 0
+    threads: int = 0
+    stages: list[str] = field(default_factory=lambda: ["pool", "generate", "vocab", "train", "export"])
+    pool: PoolSpec = field(default_factory=PoolSpec)
+    generate: GenerateSpec = field(default_factory=GenerateSpec)
+    vocab: VocabSpec = field(default_factory=VocabSpec)
+    draft: DraftSpec = field(default_factory=DraftSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    export: ExportSpec = field(default_factory=ExportSpec)
 
 
 def stage_pool(cfg: DictConfig, run: Path) -> list[dict]:
@@ -206,15 +275,56 @@ def stage_export(cfg: DictConfig, run: Path, draft: TreespecDraftForCausalLM, da
         "parameters": sum(p.numel() for p in draft.parameters()),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    summary["weights_mb"] = round(sum(p.stat().st_size for p in out.glob("*.safetensors")) / 1e6, 2)
     (out / "training_summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "README.md").write_text(model_card(summary, draft))
     return out
 
 
-@hydra.main(config_path="../conf", config_name="train_draft", version_base=None)
-def main(cfg: DictConfig) -> None:
+def model_card(summary: dict, draft: TreespecDraftForCausalLM) -> str:
+    """The model card: how the draft was made (measurements against the target are added by their commands)."""
+    cfg, c = summary["config"], draft.config
+    heldout = summary["final_heldout"]
+    return f"""# Draft for {summary['target']}, trained by treespec
+
+A {c.num_hidden_layers}-layer Llama-style draft (`TreespecDraftForCausalLM`, `import treespec` registers it) for
+speculative decoding with `{summary['target']}`. Load it with `treespec.models.load_model(<this directory>)` or
+`AutoModelForCausalLM.from_pretrained(<this directory>)` after `import treespec`.
+
+## Data
+- Prompts: `treespec.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
+  MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
+  sequence with MT-Bench or HumanEval. {summary['answers']} of them were answered (the first shards of the pool).
+- Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
+  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens with the target's top-{cfg['generate']['keep_top']}
+  log-probabilities at every position ({summary['generation_seconds'] / 3600:.2f} h of generation on this CPU).
+
+## Architecture
+- Decoder layers copied from the target's layers {cfg['draft']['init_layers']} (width {c.hidden_size}, {c.num_attention_heads}
+  heads, {c.num_key_value_heads} KV heads, MLP {c.intermediate_size}), then trained; the target's final norm.
+- Input embedding: rank-{c.embed_rank} factorisation (SVD of the target's embedding, then trained).
+- Output head over {summary['output_vocab']} tokens (the most frequent in the answers; they cover
+  {100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's output rows;
+  logits elsewhere are -inf, so q is 0 outside that set.
+- {summary['parameters'] / 1e6:.2f}M parameters, stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
+
+## Training
+Cross-entropy against the target's top-k distribution at every answer position (forward KL up to a
+constant), AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about {cfg['train']['tokens_per_batch']}
+tokens per batch, {summary['train_steps']} steps ({summary['train_seconds'] / 3600:.2f} h on this CPU).
+Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%): top-1 agreement with the target
+{heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
+target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.
+
+Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
+holds the exact configuration of this run).
+"""
+
+
+def run_stages(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    run = Path(HydraConfig.get().runtime.output_dir)
+    run = cli.output_dir()
     prompts = stage_pool(cfg, run)
     if "generate" in cfg.stages:
         stage_generate(cfg, run, prompts)
@@ -232,4 +342,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run_app(run_stages, "train_draft", {"train_draft_schema": TrainDraftSchema})
