@@ -49,9 +49,11 @@ PRESETS = {
              "profile": {"sizes": "[1,2,4,8,16,32]", "prefix_len": 64, "repeats": 3, "warmup": 1}},
     "smollm2": {"prompts": 8, "max_new_tokens": 64, "threads": 0, "sweep_budgets": "4,8,16",
                 "sweep_depths": "3,6",
-                "profile": {"sizes": "[1,2,3,4,6,8,12,16,24,32]", "prefix_len": 400, "repeats": 5, "warmup": 2}},
+                "profile": {"sizes": "[1,2,3,4,6,8,12,16,24,32]", "prefix_len": 400, "repeats": 5,
+                            "warmup": 2}},
 }
-DEFAULT_HARDWARE = {"smollm2": "cpu_smollm2"}  # conf/hardware/<name>.yaml, used instead of measuring if present
+# conf/hardware/<name>.yaml per model, used instead of measuring a profile when it exists
+DEFAULT_HARDWARE = {"smollm2": "cpu_smollm2"}
 
 
 class BuildError(RuntimeError):
@@ -65,11 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "analysis", help="results directory")
     parser.add_argument("--figures", type=Path, default=ANALYSIS / "figures", help="where the PNG figures go")
     parser.add_argument("--prompts", type=int, help="prompts per prompt set (default: 8 smollm2, 3 tiny)")
-    parser.add_argument("--max-new-tokens", type=int, help="new tokens per prompt (default: 64 smollm2, 16 tiny)")
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="new tokens per prompt (default: 64 smollm2, 16 tiny)")
     parser.add_argument("--threads", type=int, help="torch threads of the runs (0 = torch's default)")
     parser.add_argument("--hardware", type=Path,
-                        help="a hardware profile YAML to use instead of the model's conf/hardware/ one or measuring")
-    parser.add_argument("--skip-runs", action="store_true", help="only execute the notebooks on existing results")
+                        help="a hardware profile YAML (default: the model's conf/hardware/ one, or measure)")
+    parser.add_argument("--skip-runs", action="store_true",
+                        help="only execute the notebooks on existing results")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds allowed per subprocess")
     args = parser.parse_args(argv)
     preset = PRESETS.get(args.model, PRESETS["smollm2"])
@@ -90,8 +94,8 @@ def run_step(name: str, command: list[str], out: Path, timeout: int) -> None:
     print(f"[analysis] {name}: {' '.join(command[1:])}", flush=True)
     with open(log, "w") as handle:
         try:
-            result = subprocess.run(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                    timeout=timeout)
+            result = subprocess.run(command, check=False, cwd=ROOT, env=env, stdout=handle,
+                                    stderr=subprocess.STDOUT, timeout=timeout)
         except subprocess.TimeoutExpired as err:
             raise BuildError(f"{name} timed out after {timeout} s; log: {log}\n{tail(log)}") from err
     if result.returncode != 0:
@@ -124,10 +128,10 @@ def prepare_out(out: Path) -> None:
 
 def measure_acceptance(args) -> Path:
     run_dir = args.out / "acceptance"
-    run_step("acceptance", [sys.executable, "experiments/measure_acceptance.py", f"model={args.model}",
-                            "data=pool", f"data.limit={args.prompts}", f"max_new_tokens={args.max_new_tokens}",
-                            "width=4", "depth=3", f"threads={args.threads}", f"hydra.run.dir={run_dir}"],
-             args.out, args.timeout)
+    command = [sys.executable, "experiments/measure_acceptance.py", f"model={args.model}", "data=pool",
+               f"data.limit={args.prompts}", f"max_new_tokens={args.max_new_tokens}", "width=4", "depth=3",
+               f"threads={args.threads}", f"hydra.run.dir={run_dir}"]
+    run_step("acceptance", command, args.out, args.timeout)
     return run_dir / "acceptance.yaml"
 
 
@@ -149,10 +153,11 @@ def hardware_profile(args) -> Path:
         return copy
     settings = args.preset["profile"]
     name = f"{args.model}_analysis"
-    run_step("profile", [sys.executable, "experiments/profile_latency.py", f"model={args.model}", f"name={name}",
-                         f"sizes={settings['sizes']}", f"prefix_len={settings['prefix_len']}",
-                         f"repeats={settings['repeats']}", f"warmup={settings['warmup']}", f"threads={args.threads}",
-                         f"hydra.run.dir={target}"], args.out, args.timeout)
+    command = [sys.executable, "experiments/profile_latency.py", f"model={args.model}", f"name={name}",
+               f"sizes={settings['sizes']}", f"prefix_len={settings['prefix_len']}",
+               f"repeats={settings['repeats']}", f"warmup={settings['warmup']}", f"threads={args.threads}",
+               f"hydra.run.dir={target}"]
+    run_step("profile", command, args.out, args.timeout)
     return target / f"hardware_{name}.yaml"
 
 
@@ -165,7 +170,7 @@ def acceptance_override(args, measured: Path) -> list[str]:
     while len(vector) > 1 and vector[-1] == 0:
         vector.pop()
     if not any(vector):
-        raise BuildError(f"the model config has no acceptance vector and the measured one is empty: {measured}")
+        raise BuildError(f"no acceptance vector in the model config, and {measured} is empty")
     return [f"tree.acceptance=[{','.join(map(str, vector))}]"]
 
 
@@ -183,7 +188,8 @@ def decode_runs(args, acceptance: list[str]) -> None:
              args.out, args.timeout)
     run_step("sweep", [sys.executable, "experiments/run.py", "-m", *common_overrides(args), *acceptance,
                        "tree=sequoia", "data=mtbench", f"tree.budget={args.preset['sweep_budgets']}",
-                       f"tree.max_depth={args.preset['sweep_depths']}", f"hydra.sweep.dir={args.out / 'sweep'}",
+                       f"tree.max_depth={args.preset['sweep_depths']}",
+                       f"hydra.sweep.dir={args.out / 'sweep'}",
                        "hydra.sweep.subdir=sequoia_n${tree.budget}_d${tree.max_depth}"],
              args.out, args.timeout)
 
@@ -195,8 +201,9 @@ def execute_notebooks(args, hardware: Path | None) -> list[Path]:
     from nbclient.exceptions import CellExecutionError
 
     args.figures.mkdir(parents=True, exist_ok=True)
-    (args.out / "notebooks").mkdir(parents=True, exist_ok=True)
-    os.environ.update(TREESPEC_RESULTS=str(args.out), TREESPEC_FIGURES=str(args.figures), MPLBACKEND="Agg")
+    for folder in ("notebooks", "logs"):
+        (args.out / folder).mkdir(parents=True, exist_ok=True)
+    os.environ.update(TREESPEC_RESULTS=str(args.out), TREESPEC_FIGURES=str(args.figures))
     if hardware is not None:
         os.environ["TREESPEC_HARDWARE"] = str(hardware)
     start_time = time.time()
@@ -207,7 +214,8 @@ def execute_notebooks(args, hardware: Path | None) -> list[Path]:
                                 resources={"metadata": {"path": str(ANALYSIS)}})
         print(f"[analysis] notebook {name}.ipynb", flush=True)
         try:
-            client.execute()
+            with open(args.out / "logs" / f"kernel_{name}.log", "w") as log:  # the kernel's own stderr
+                client.execute(stderr=log)
         except CellExecutionError as err:
             nbformat.write(notebook, executed)
             raise BuildError(f"{name}.ipynb failed (executed copy: {executed}):\n{str(err)[-4000:]}") from err
@@ -238,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"[analysis] {len(figures)} figures in {args.figures}: {', '.join(p.name for p in figures)}")
+    stale = sorted(set(args.figures.glob("*.png")) - set(figures))
+    if stale:
+        print(f"[analysis] not rewritten by this build (stale?): {', '.join(p.name for p in stale)}")
     return 0
 
 

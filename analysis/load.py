@@ -12,8 +12,10 @@ A *run directory* is any directory holding `summary.json` (found recursively und
 Columns of `summaries`:
     run_dir                   the run directory (str), the join key of all three tables
     run                       run_dir relative to the deepest directory common to all runs
-    model, policy, budget, depth, data, sampling, label    short aliases (see `KEYS`); `label` reads
-                              e.g. "sequoia n=10 d=6" or "chain n=10"
+    model, policy, budget, depth, data, sampling, label    short aliases (see `KEYS`): budget and depth
+                              are the tree's nodes and levels as run (a Sequoia tree may use fewer levels
+                              than tree.max_depth allows; for dynamic trees they are the limits); `label`
+                              reads e.g. "sequoia n=10 d=3" or "chain n=10"
     prompts, new_tokens, target_passes, seconds, tokens_per_second, mean_accepted (tokens per pass),
     predicted_accepted (G of the static tree, None for dynamic trees), mean_tree_size
     phase_seconds.<phase>, phase_ms_per_pass.<phase>, policy.<key>    summary.json, flattened
@@ -30,7 +32,10 @@ Columns of `prompts` (metrics.jsonl rows with kind "prompt"):
     run_dir, prompt_id, category, prompt_len, new_tokens, target_passes, mean_accepted, seconds,
     tokens_per_second, stop_reason, prefill_s, draft_s, target_s, verify_s, commit_s, and the aliases.
 
-Use `Runs.with_config(frame, *columns)` to add any other summary/config column to a pass or prompt table.
+Use `Runs.with_config(frame, *columns)` to add any other summary/config column to a pass or prompt table,
+`Runs.select(...)` to keep some runs. Helpers: `explode_ranks` (one row per accepted draft node: depth,
+rank), `depth_rank_acceptance` (empirical P[d, k] from pass rows), `find_files` (profiles and other YAML
+written beside the runs).
 """
 
 from __future__ import annotations
@@ -195,7 +200,7 @@ def load_runs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> Runs:
         prompts += [{**keys, **r} for r in prompt_rows]
     frame = pd.DataFrame(summaries, columns=None if summaries else ["run_dir", "run", *ALIASES])
     if summaries:
-        root = os.path.commonpath([str(Path(d).parent) for d in frame["run_dir"]]) if len(frame) else ""
+        root = os.path.commonpath([str(Path(d).parent) for d in frame["run_dir"]])
         frame.insert(1, "run", [os.path.relpath(d, root) for d in frame["run_dir"]])
     empty = ["run_dir", *ALIASES]
     return Runs(frame, pd.DataFrame(passes, columns=None if passes else empty),

@@ -26,7 +26,7 @@ from treespec.latency import measure_latency
 @dataclass
 class ProfileLatencySchema:
     model: ModelSpec = field(default_factory=ModelSpec)
-    name: str = "${model.name}_${device}"
+    name: Optional[str] = None  # None: <device type>_<model name>
     sizes: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
     prefix_len: int = 400
     repeats: int = 7
@@ -51,18 +51,19 @@ def run(cfg: DictConfig):
                                   repeats=cfg.repeats, warmup=cfg.warmup, progress=lambda _: bar.update(1),
                                   settings={"target": cfg.target, "draft": cfg.draft, "model": model.name})
     measured = profile.to_dict()
-    data = {"name": cfg.name, "target_ms": measured["target_ms"], "draft_ms": round(profile.draft_ms, 4),
+    name = cfg.name or f"{device.type}_{model.name}"
+    data = {"name": name, "target_ms": measured["target_ms"], "draft_ms": round(profile.draft_ms, 4),
             "settings": {**measured["settings"], "relative_latency": measured["relative_latency"],
                          "draft_cost": measured["draft_cost"]}}
-    path = cli.output_dir() / f"hardware_{cfg.name}.yaml"
+    path = cli.output_dir() / f"hardware_{name}.yaml"
     path.write_text(f"# measured by experiments/profile_latency.py on {profile.settings['device']}\n"
                     + yaml.safe_dump(data, sort_keys=False))
     print(f"t(n): {measured['relative_latency']}\nc = {profile.draft_cost:.4f} (target 1-token pass "
           f"{profile.target_ms[1]:.2f} ms, draft step {profile.draft_ms:.2f} ms) -> {path}")
     if cfg.install:
-        installed = cli.CONF_DIR / "hardware" / f"{cfg.name}.yaml"
+        installed = cli.CONF_DIR / "hardware" / f"{name}.yaml"
         shutil.copyfile(path, installed)
-        print(f"installed as hardware={cfg.name} ({installed})")
+        print(f"installed as hardware={name} ({installed})")
     return profile
 
 

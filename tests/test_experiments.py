@@ -6,23 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench  # experiments/ is on pytest's pythonpath (pyproject.toml)
+import build_tree
+import measure_acceptance
+import profile_latency
 import pytest
+import run
 import yaml
 from hydra import compose, initialize_config_dir
 
 from treespec.cli import CONF_DIR, register
+from treespec.generate import GenerateSchema
 from treespec.reporting import bench_table, format_table
 
 ROOT = Path(__file__).parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import bench  # noqa: E402
-import build_tree  # noqa: E402
-import measure_acceptance  # noqa: E402
-import profile_latency  # noqa: E402
-import run  # noqa: E402
-
-from treespec.generate import GenerateSchema  # noqa: E402
 
 SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
            "measure_acceptance_schema": measure_acceptance.MeasureAcceptanceSchema,

@@ -1,6 +1,6 @@
 """Sequoia's DP against brute force, expected tokens, validation, and the hardware-aware choice."""
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from treespec.optimizer import (
 from treespec.tree import TreeShape, chain
 
 
-@lru_cache(maxsize=None)
+@cache
 def forests(n: int, max_children: int, levels: int) -> tuple[tuple, ...]:
     """All ordered forests of n nodes (each a tuple of trees, a tree a tuple of child trees)."""
     if n == 0:
@@ -32,7 +32,7 @@ def forests(n: int, max_children: int, levels: int) -> tuple[tuple, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def trees(n: int, max_children: int, levels: int) -> tuple[tuple, ...]:
     return tuple(forests(n - 1, max_children, levels - 1)) if levels >= 1 else ()
 

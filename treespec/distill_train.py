@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM

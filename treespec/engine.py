@@ -221,8 +221,8 @@ def generate(
                 drafter.observe(StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus))
             root = result.bonus
         t4 = clock()
-        steps.append(StepStats(shape.size, shape.levels, len(new), tuple(shape.ranks[n] for n in result.accepted[1:]),
-                               t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+        ranks = tuple(shape.ranks[n] for n in result.accepted[1:])[: len(new)]  # drafts that reached the output
+        steps.append(StepStats(shape.size, shape.levels, len(new), ranks, t1 - t0, t2 - t1, t3 - t2, t4 - t3))
         if streamer is not None:
             streamer(new)
         if new[-1] in eos:
