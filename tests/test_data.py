@@ -86,3 +86,14 @@ def test_encode_prompt_uses_the_chat_template_when_present():
     assert data.encode_prompt(_FakeTokenizer("{{ x }}"), "abc", chat=False) == [3]
     with pytest.raises(ConfigError, match="no chat template"):
         data.encode_prompt(_FakeTokenizer(None), "abc", chat=True)
+
+
+def test_heldout_pool_prompts_are_apart_from_training_and_evaluation():
+    from treespec.prompt_pool import build_prompt_pool, ngram_overlaps
+
+    held = data.load_prompts("pool", limit=50)
+    assert len(held) == 50 and len({p.text for p in held}) == 50 and held[0].id == "pool/0"
+    training = {p.text for p in build_prompt_pool(**data.DRAFT_TRAINING_POOL)}
+    assert not training & {p.text for p in held}
+    evaluation = [t for p in data.mtbench() for t in p.turns] + [p.text for p in data.humaneval()]
+    assert ngram_overlaps([p.text for p in held], evaluation) == []

@@ -130,7 +130,7 @@ def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
     return frozenset(int(t) for t in eos_token_id)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(
     target: PreTrainedModel,
     draft: PreTrainedModel | None,

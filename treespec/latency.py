@@ -100,7 +100,7 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     return elapsed
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def measure_latency(
     target: PreTrainedModel,
     draft: PreTrainedModel | None,
