@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -27,7 +28,7 @@ from tqdm import tqdm
 
 from treespec import cli, distill_data, distill_train
 from treespec.data import encode_prompt
-from treespec.draft_model import TreespecDraftForCausalLM
+from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
 from treespec.prompt_pool import build_prompt_pool
 
@@ -63,8 +64,13 @@ class VocabSpec:
 
 @dataclass
 class DraftSpec:
-    init_layers: list[int] = field(default_factory=lambda: [0, 1])
-    embed_rank: int = 48
+    kind: str = "plain"  # plain: an independent causal LM; eagle: a head reading the target's hidden state
+    init_layers: list[int] = field(default_factory=lambda: [0, 1])  # plain: target layers copied
+    embed_rank: int = 48  # plain: rank of the factorised input embedding
+    eagle_init_layer: int = -1  # eagle: target layer copied into the head's decoder layer
+    feature_weight: float = 1.0  # eagle: weight of the feature regression next to the cross-entropy
+    feature_noise: float = 0.1  # eagle: relative noise on input features during training
+    freeze_head: bool = True  # eagle: keep the target's output rows as the head's LM head
 
 
 @dataclass
@@ -162,6 +168,23 @@ def load_shards(run: Path) -> dict:
     return distill_data.merge_shards(torch.load(p) for p in paths)
 
 
+def stage_features(cfg: DictConfig, run: Path, pad: int) -> None:
+    """features/features_XXXX.pt: the target's last hidden state along every shard sequence (EAGLE drafts)."""
+    feature_dir = run / "features"
+    feature_dir.mkdir(exist_ok=True)
+    shards = sorted((run / "shards").glob("shard_*.pt"))
+    todo = [p for p in shards if not (feature_dir / p.name.replace("shard", "features")).exists()]
+    if not todo:
+        return
+    target = load_model(cfg.target)
+    for path in tqdm(todo, desc="features", unit="shard"):
+        shard = torch.load(path)
+        features = distill_data.target_features(target, shard["input_ids"], pad_token_id=pad)
+        tmp = feature_dir / f".{path.name}.tmp"
+        torch.save(features, tmp)
+        tmp.rename(feature_dir / path.name.replace("shard", "features"))
+
+
 def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
     path = run / "vocab.json"
     if not path.exists():
@@ -179,7 +202,55 @@ def split_holdout(n: int, fraction: float, seed: int) -> tuple[list[int], list[i
     return sorted(order[cut:]), sorted(order[:cut])
 
 
-def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> TreespecDraftForCausalLM:
+@dataclass
+class Trainee:
+    """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids)."""
+
+    model: torch.nn.Module
+    forward: Callable[[list], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> Trainee:
+    target = load_model(cfg.target)
+    if cfg.draft.kind == "plain":
+        draft = distill_train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
+                                                     embed_rank=cfg.draft.embed_rank)
+
+        def forward(chunk):
+            batch = distill_train.collate(chunk, pad)
+            loss, logits, _ = distill_train.distill_loss(draft, batch)
+            return loss, logits, batch.top_ids
+
+        return Trainee(draft, forward)
+    if cfg.draft.kind != "eagle":
+        raise ConfigError(f"draft.kind must be plain or eagle, got '{cfg.draft.kind}'")
+    paths = sorted((run / "features").glob("features_*.pt"))
+    if len(paths) != len(sorted((run / "shards").glob("shard_*.pt"))):
+        raise ConfigError("an EAGLE draft needs the target's features of every shard: run the features stage")
+    features = [f for path in paths for f in torch.load(path)]
+    head = distill_train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
+    head.lm_head.weight.requires_grad_(not cfg.draft.freeze_head)
+    embed = target.get_input_embeddings().requires_grad_(False)
+    noise = torch.Generator().manual_seed(cfg.seed)
+
+    def forward(chunk):
+        batch = distill_train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
+        loss, logits, _ = distill_train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
+                                                   feature_noise=cfg.draft.feature_noise if head.training else 0.0,
+                                                   generator=noise)
+        return loss, logits, batch.top_ids
+
+    return Trainee(head, forward)
+
+
+def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
+    trainee.model.eval()
+    metrics = distill_train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
+    trainee.model.train()
+    return metrics
+
+
+def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> torch.nn.Module:
     t = cfg.train
     ckpt_dir = run / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
@@ -191,31 +262,30 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     total = t.max_steps or steps_per_epoch * t.epochs
 
     checkpoints = sorted(ckpt_dir.glob("step_*.pt"))
-    target = load_model(cfg.target)
-    draft = distill_train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
-                                                 embed_rank=cfg.draft.embed_rank)
-    del target
-    draft.train()
-    optimizer = torch.optim.AdamW(draft.parameters(), lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.98))
+    trainee = make_trainee(cfg, run, data, vocab, pad)
+    model = trainee.model.train()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.98))
     step, epoch, consumed = 0, 0, 0  # consumed = batches of `epoch` already trained on
     if checkpoints:
         state = torch.load(checkpoints[-1], weights_only=False)
-        draft.load_state_dict(state["model"])
+        model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, epoch, consumed = state["step"], state["epoch"], state["consumed"]
         log.info("resumed from %s (step %d)", checkpoints[-1].name, step)
     if step >= total:
-        return draft
+        return model
 
     with open(run / "train_log.jsonl", "a") as log_file:
         if step == 0:
-            metrics = distill_train.agreement(draft, held_set, pad)
+            metrics = evaluate(trainee, held_set)
             log_file.write(json.dumps({"step": 0, **metrics}) + "\n")
             log.info("step 0 held-out %s", metrics)
         bar = tqdm(total=total, initial=step, desc="train", unit="step")
         losses: list[float] = []
         while step < total:
-            batches = list(distill_train.token_batches(train_set, t.tokens_per_batch, random.Random(cfg.seed * 7919 + epoch)))
+            order = random.Random(cfg.seed * 7919 + epoch)
+            batches = list(distill_train.token_batches(train_set, t.tokens_per_batch, order))
             for chunk in batches[consumed:]:
                 if step >= total:
                     break
@@ -223,10 +293,10 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
                 lr = distill_train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                loss, _, _ = distill_train.distill_loss(draft, distill_train.collate(chunk, pad))
+                loss = trainee.forward(chunk)[0]
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(draft.parameters(), t.grad_clip)
+                torch.nn.utils.clip_grad_norm_(parameters, t.grad_clip)
                 optimizer.step()
                 step, consumed = step + 1, consumed + 1
                 losses.append(loss.item())
@@ -235,13 +305,13 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
                 row = {"step": step, "epoch": epoch, "loss": round(loss.item(), 5), "lr": lr,
                        "seconds": round(time.perf_counter() - tick, 3)}
                 if step % t.eval_every == 0 or step == total:
-                    row.update(distill_train.agreement(draft, held_set, pad))
+                    row.update(evaluate(trainee, held_set))
                     log.info("step %d held-out %s", step, {k: v for k, v in row.items() if "agree" in k or "top4" in k})
                 log_file.write(json.dumps(row) + "\n")
                 log_file.flush()
                 if step % t.checkpoint_every == 0 or step == total:
                     tmp = ckpt_dir / ".tmp.pt"
-                    torch.save({"model": draft.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                                 "epoch": epoch, "consumed": consumed}, tmp)
                     tmp.rename(ckpt_dir / f"step_{step:06d}.pt")
                     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-2]:
@@ -249,10 +319,10 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
             if consumed >= len(batches):
                 epoch, consumed = epoch + 1, 0
         bar.close()
-    return draft
+    return model
 
 
-def stage_export(cfg: DictConfig, run: Path, draft: TreespecDraftForCausalLM, data: dict, vocab_info: dict) -> Path:
+def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict, vocab_info: dict) -> Path:
     out = Path(cfg.export.dir) if cfg.export.dir else run / "draft"
     out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, cfg.export.dtype)
@@ -281,38 +351,61 @@ def stage_export(cfg: DictConfig, run: Path, draft: TreespecDraftForCausalLM, da
     return out
 
 
-def model_card(summary: dict, draft: TreespecDraftForCausalLM) -> str:
+def model_card(summary: dict, draft: torch.nn.Module) -> str:
     """The model card: how the draft was made (measurements against the target are added by their commands)."""
     cfg, c = summary["config"], draft.config
     heldout = summary["final_heldout"]
-    return f"""# Draft for {summary['target']}, trained by treespec
+    vocab = (f"an LM head over {summary['output_vocab']} tokens (the most frequent in the answers; they cover "
+             f"{100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's "
+             "output rows; logits elsewhere are -inf, so q is 0 outside that set")
+    if cfg["draft"]["kind"] == "eagle":
+        title = "EAGLE-style draft head"
+        usage = (f"It reads the target's last hidden state (Li et al. 2024): `EagleDraftModel`, `import treespec` "
+                 f"registers it. Pass it as the draft to `treespec.generate` with `{summary['target']}` as the target; "
+                 "it cannot decode on its own, so transformers' assisted generation cannot use it.")
+        architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
+                        "target's feature (last hidden state after its final norm) and e the target's own token "
+                        f"embedding (shared at run time, not stored), then one decoder layer copied from the target's "
+                        f"layer {cfg['draft']['eagle_init_layer']} and trained; its output estimates f_j.\n"
+                        f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
+        objective = (f"Cross-entropy against the target's top-k distribution at every answer position plus "
+                     f"{cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
+                     f"feature, with {cfg['draft']['feature_noise']} relative noise on input features")
+    else:
+        title = "Draft"
+        usage = (f"A {c.num_hidden_layers}-layer Llama-style causal LM (`TreespecDraftForCausalLM`, `import treespec` "
+                 "registers it): load it with `treespec.models.load_model(<this directory>)` or "
+                 "`AutoModelForCausalLM.from_pretrained(<this directory>)` after `import treespec`; any code that takes "
+                 "a causal-LM draft can use it (transformers' assisted generation included).")
+        architecture = (f"- Decoder layers copied from the target's layers {cfg['draft']['init_layers']} (width "
+                        f"{c.hidden_size}, {c.num_attention_heads} heads, {c.num_key_value_heads} KV heads, MLP "
+                        f"{c.intermediate_size}), then trained; the target's final norm.\n"
+                        f"- Input embedding: rank-{c.embed_rank} factorisation (SVD of the target's embedding, then "
+                        f"trained).\n- {vocab}.")
+        objective = ("Cross-entropy against the target's top-k distribution at every answer position (forward KL up "
+                     "to a constant)")
+    return f"""# {title} for {summary['target']}, trained by treespec
 
-A {c.num_hidden_layers}-layer Llama-style draft (`TreespecDraftForCausalLM`, `import treespec` registers it) for
-speculative decoding with `{summary['target']}`. Load it with `treespec.models.load_model(<this directory>)` or
-`AutoModelForCausalLM.from_pretrained(<this directory>)` after `import treespec`.
+{usage}
 
 ## Data
 - Prompts: `treespec.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
-  sequence with MT-Bench or HumanEval. {summary['answers']} of them were answered (the first shards of the pool).
+  sequence with MT-Bench or HumanEval. The first {summary['answers']} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
-  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens with the target's top-{cfg['generate']['keep_top']}
-  log-probabilities at every position ({summary['generation_seconds'] / 3600:.2f} h of generation on this CPU).
+  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens with the target's
+  top-{cfg['generate']['keep_top']} log-probabilities at every position ({summary['generation_seconds'] / 3600:.2f} h
+  of generation on this 2-core CPU).
 
 ## Architecture
-- Decoder layers copied from the target's layers {cfg['draft']['init_layers']} (width {c.hidden_size}, {c.num_attention_heads}
-  heads, {c.num_key_value_heads} KV heads, MLP {c.intermediate_size}), then trained; the target's final norm.
-- Input embedding: rank-{c.embed_rank} factorisation (SVD of the target's embedding, then trained).
-- Output head over {summary['output_vocab']} tokens (the most frequent in the answers; they cover
-  {100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's output rows;
-  logits elsewhere are -inf, so q is 0 outside that set.
+{architecture}
 - {summary['parameters'] / 1e6:.2f}M parameters, stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
 
 ## Training
-Cross-entropy against the target's top-k distribution at every answer position (forward KL up to a
-constant), AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about {cfg['train']['tokens_per_batch']}
-tokens per batch, {summary['train_steps']} steps ({summary['train_seconds'] / 3600:.2f} h on this CPU).
-Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%): top-1 agreement with the target
+{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
+{cfg['train']['tokens_per_batch']} tokens per batch, {summary['train_steps']} steps
+({summary['train_seconds'] / 3600:.2f} h on this CPU).
+Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
 target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.
 
@@ -328,10 +421,12 @@ def run_stages(cfg: DictConfig) -> None:
     prompts = stage_pool(cfg, run)
     if "generate" in cfg.stages:
         stage_generate(cfg, run, prompts)
-    if not {"vocab", "train", "export"} & set(cfg.stages):
-        return
     tokenizer = load_tokenizer(cfg.target)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if "features" in cfg.stages and cfg.draft.kind == "eagle":
+        stage_features(cfg, run, pad)
+    if not {"vocab", "train", "export"} & set(cfg.stages):
+        return
     data = load_shards(run)
     vocab = stage_vocab(cfg, run, data, tokenizer.eos_token_id)
     if {"train", "export"} & set(cfg.stages):

@@ -78,7 +78,11 @@ def test_distillation_loss_learns_a_tiny_target():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
-    metrics = distill_train.agreement(draft, examples, pad_id=0)
+    def score(chunk):
+        batch = distill_train.collate(chunk, pad_id=0)
+        return distill_train.distill_loss(draft, batch)[1], batch.top_ids
+
+    metrics = distill_train.agreement(score, examples)
     assert 0 <= metrics["agree_top1"] <= metrics["target_in_top4"] <= 1
 
 
@@ -131,3 +135,21 @@ def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4, 5]
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == ["step_000004.pt", "step_000005.pt"]
+
+
+def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
+    run = tmp_path / "run"
+    result = _train_draft(run, tiny_target_dir, "draft.kind=eagle", "train.max_steps=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list((run / "features").glob("features_*.pt"))) == 2
+    head = load_model(run / "draft")
+    assert type(head).__name__ == "EagleDraftModel"
+    card = (run / "draft" / "README.md").read_text()
+    assert "EAGLE-style draft head" in card and "transformers' assisted generation cannot use it" in card
+    target = load_model(tiny_target_dir)
+    import treespec
+
+    prompt = [1, 2, 3, 4]
+    expected = target.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False)[0, 4:].tolist()
+    got = treespec.generate(target, head, prompt, tree=treespec.policies.KAry([2, 2]), max_new_tokens=10)
+    assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)

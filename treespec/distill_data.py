@@ -105,3 +105,30 @@ def select_output_vocab(counts: Counter, size: int, always: Iterable[int]) -> li
             break
         chosen.add(int(token))
     return sorted(chosen)
+
+
+@torch.no_grad()
+def target_features(target: PreTrainedModel, sequences: Sequence[torch.Tensor], *, tokens_per_batch: int = 4096,
+                    pad_token_id: int = 0) -> list[torch.Tensor]:
+    """The target's last hidden state (after its final norm: what its LM head reads) at every position of
+    every sequence: one [L_b, H] float16 tensor per sequence (right padding, batched by length)."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    batches, current = [], []
+    for i in order:  # ascending lengths: the newest member is the longest
+        if current and len(sequences[i]) * (len(current) + 1) > tokens_per_batch:
+            batches.append(current)
+            current = []
+        current.append(i)
+    batches.append(current)
+    out: list[torch.Tensor | None] = [None] * len(sequences)
+    for batch in batches:
+        width = len(sequences[batch[-1]])
+        ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, i in enumerate(batch):
+            ids[row, : len(sequences[i])] = sequences[i].long()
+            mask[row, : len(sequences[i])] = 1
+        hidden = target.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
+        for row, i in enumerate(batch):
+            out[i] = hidden[row, : len(sequences[i])].to(torch.float16)
+    return out

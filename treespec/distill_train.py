@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
@@ -55,6 +56,7 @@ class Example:
     top_ids: torch.Tensor  # [A, k] int64, in the draft's reduced vocabulary (-1 = not emittable)
     top_logprobs: torch.Tensor  # [A, k] float32
     greedy: bool
+    index: int  # the record's index in the shard data (for per-record side data such as target features)
 
 
 def make_examples(shard: dict, output_token_ids: Sequence[int], max_len: int) -> list[Example]:
@@ -74,6 +76,7 @@ def make_examples(shard: dict, output_token_ids: Sequence[int], max_len: int) ->
             top_ids=vocab_index[shard["top_ids"][b][:answer_rows].long()],
             top_logprobs=shard["top_logprobs"][b][:answer_rows].float(),
             greedy=shard["mode"][b] == "greedy",
+            index=b,
         ))
     return examples
 
@@ -133,16 +136,15 @@ def distill_loss(draft: TreespecDraftForCausalLM, batch: Batch) -> tuple[torch.T
 
 
 @torch.no_grad()
-def agreement(draft: TreespecDraftForCausalLM, examples: Sequence[Example], pad_id: int,
+def agreement(score: Callable[[Sequence[Example]], tuple[torch.Tensor, torch.Tensor]], examples: Sequence[Example],
               tokens_per_batch: int = 8192) -> dict[str, float]:
-    """Teacher-forced agreement with the target on `examples`: top-1 and target-argmax-in-draft-top-4,
-    over all answer positions and over greedy answers only (the P_1 estimate)."""
-    draft.eval()
+    """Teacher-forced agreement with the target: top-1 and target-argmax-in-draft-top-4, over all answer
+    positions and over greedy answers only (the P_1 estimate). `score(chunk)` returns the draft's reduced
+    logits [R, K] and the target's top ids [R, k] (reduced-vocabulary indices) of a chunk's answer rows."""
     hits = {"agree_top1": [0, 0], "target_in_top4": [0, 0], "greedy_agree_top1": [0, 0]}
     for chunk in token_batches(examples, tokens_per_batch, random.Random(0)):
-        batch = collate(chunk, pad_id)
-        _, logits, _ = distill_loss(draft, batch)
-        target_top1 = batch.top_ids[:, 0]
+        logits, top_ids = score(chunk)
+        target_top1 = top_ids[:, 0]
         top4 = logits.topk(4, dim=-1).indices
         top1_hit = top4[:, 0] == target_top1
         greedy_rows = torch.cat([torch.full((len(e.input_ids) - e.prompt_len,), e.greedy) for e in chunk])
@@ -152,7 +154,6 @@ def agreement(draft: TreespecDraftForCausalLM, examples: Sequence[Example], pad_
             selected = hit if mask is None else hit[mask]
             hits[key][0] += int(selected.sum())
             hits[key][1] += selected.numel()
-    draft.train()
     return {k: (n / d if d else float("nan")) for k, (n, d) in hits.items()}
 
 
@@ -161,3 +162,76 @@ def cosine_lr(step: int, total: int, warmup: int, peak: float, floor: float) -> 
         return peak * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+
+
+def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int = -1):
+    """An EAGLE head for a Llama-style target: one decoder layer copied from the target's layer
+    `init_layer`, the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to
+    pass the feature through plus the token embedding (h = f + e before the layer)."""
+    from treespec.eagle import EagleDraftConfig, EagleDraftModel
+
+    tcfg = target.config
+    fields = {k: v for k, v in tcfg.to_dict().items()
+              if k not in ("architectures", "model_type", "transformers_version", "_name_or_path", "quantization_config")}
+    fields.update(num_hidden_layers=1, tie_word_embeddings=False, output_token_ids=list(output_token_ids),
+                  architectures=["EagleDraftModel"])
+    head = EagleDraftModel(EagleDraftConfig(**fields))
+    hidden = tcfg.hidden_size
+    with torch.no_grad():
+        head.layer.load_state_dict(target.model.layers[init_layer].state_dict())
+        head.lm_head.weight.copy_(target.lm_head.weight[head.output_ids])
+        head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
+        head.fc.bias.zero_()
+    return head
+
+
+@dataclass(frozen=True)
+class EagleBatch:
+    """A right-padded batch for the EAGLE head, shifted by one: input position i is draft position i + 1,
+    consuming (f_i, x_{i+1}) and estimating f_{i+1}; `rows` index (batch, input position)."""
+
+    input_ids: torch.Tensor  # [B, L-1] tokens x_1 .. x_{L-1}
+    features: torch.Tensor  # [B, L-1, H] f_0 .. f_{L-2}
+    targets: torch.Tensor  # [B, L-1, H] f_1 .. f_{L-1}
+    lengths: torch.Tensor  # [B] valid input positions
+    rows: torch.Tensor  # [R, 2]
+    top_ids: torch.Tensor  # [R, k]
+    top_logprobs: torch.Tensor  # [R, k]
+
+
+def collate_eagle(examples: Sequence[Example], features: Sequence[torch.Tensor], pad_id: int) -> EagleBatch:
+    plain = collate(examples, pad_id)
+    width = plain.input_ids.shape[1]
+    hidden = features[0].shape[-1]
+    feats = torch.zeros(len(examples), width, hidden)
+    for b, f in enumerate(features):
+        feats[b, : len(f)] = f[:width].float()
+    lengths = torch.tensor([len(e.input_ids) - 1 for e in examples])
+    rows = plain.rows - torch.tensor([0, 1])  # draft position j is input position j - 1
+    return EagleBatch(plain.input_ids[:, 1:], feats[:, :-1], feats[:, 1:], lengths, rows, plain.top_ids,
+                      plain.top_logprobs)
+
+
+def eagle_loss(head, embed: torch.nn.Module, batch: EagleBatch, *, feature_weight: float = 1.0,
+               feature_noise: float = 0.0, generator: torch.Generator | None = None):
+    """Soft cross-entropy at answer rows plus smooth-L1 between the head's output and the target's next
+    feature at every valid position. Returns (loss, reduced logits [R, K], {"ce", "feature"})."""
+    from treespec.eagle import causal_mask
+
+    features = batch.features
+    if feature_noise > 0:  # robustness to the head's own, imperfect features deeper in a tree
+        scale = features.pow(2).mean(-1, keepdim=True).sqrt()
+        features = features + feature_noise * scale * torch.randn(features.shape, generator=generator)
+    width = batch.input_ids.shape[1]
+    positions = torch.arange(1, width + 1)[None].expand(len(batch.input_ids), -1)
+    mask = causal_mask(batch.lengths, width, torch.float32)
+    hidden = head(features, embed(batch.input_ids).detach(), positions, mask)  # [B, L-1, H]
+    valid = torch.arange(width)[None] < batch.lengths[:, None]
+    feature_loss = F.smooth_l1_loss(hidden[valid], batch.targets[valid])
+    logits = head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]])
+    log_q = torch.log_softmax(logits.float(), dim=-1)
+    emittable = batch.top_ids >= 0
+    p = torch.nan_to_num(torch.where(emittable, batch.top_logprobs, torch.full_like(batch.top_logprobs, -math.inf))
+                         .softmax(-1))
+    ce = -(p * log_q.gather(1, batch.top_ids.clamp(min=0))).sum(-1).mean()
+    return ce + feature_weight * feature_loss, logits, {"ce": ce.item(), "feature": feature_loss.item()}

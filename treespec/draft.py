@@ -1,12 +1,14 @@
 """Drafters: what tree policies call to get draft logits, one tree level per forward pass.
 
 Protocol (like transformers' CandidateGenerator, split into the calls a tree needs):
-  reset(prompt_ids)                       start a new sequence
+  reset(prompt_ids, prefix_hidden)        start a new sequence (prefix_hidden: the target's last hidden
+                                          states of prompt_ids[:-1], for drafters that read them)
   root_logits(root_token) -> [V]          logits after the root (the last accepted token)
   node_logits(nodes, tokens, parents) -> [M, V]   logits after M new tree nodes of one level
   observe(outcome)                        the verified result; keep what was accepted
 `StepOutcome` also carries the target's hidden states along the accepted path, for drafters that read
-them (EAGLE-style heads); `ModelDrafter` ignores them.
+them (`treespec.eagle.EagleDrafter`); the engine computes them only for drafters with
+`wants_target_hidden`. `ModelDrafter` ignores them.
 
 `ModelDrafter` runs any causal LM that shares the target's tokenizer, with its own KV cache. Its cache
 holds the committed tokens, then (during a step) `pending` tokens accepted earlier but not yet seen by
@@ -37,7 +39,7 @@ class StepOutcome:
 class Drafter(Protocol):
     wants_target_hidden: bool
 
-    def reset(self, prompt_ids: Sequence[int]) -> None: ...
+    def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None: ...
 
     def root_logits(self, root_token: int) -> torch.Tensor: ...
 
@@ -57,7 +59,7 @@ class ModelDrafter:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
 
-    def reset(self, prompt_ids: Sequence[int]) -> None:
+    def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
         self.cache = new_cache(self.model, self.max_length)
         self.committed = 0  # slots holding tokens accepted and kept
         self.pending = [int(t) for t in prompt_ids[:-1]]

@@ -23,7 +23,8 @@ import torch
 from transformers import PreTrainedModel
 
 from treespec.cache import cache_length, commit, new_cache
-from treespec.draft import ModelDrafter, StepOutcome
+from treespec.draft import Drafter, ModelDrafter, StepOutcome
+from treespec.eagle import EagleDrafter, EagleDraftModel
 from treespec.errors import ConfigError
 from treespec.mask import flatten
 from treespec.models import check_pair
@@ -130,6 +131,21 @@ def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
     return frozenset(int(t) for t in eos_token_id)
 
 
+def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: int) -> Drafter:
+    """The drafter for a draft model: an EAGLE head reads the target's features, anything else is a causal LM."""
+    if isinstance(draft, EagleDraftModel):
+        return EagleDrafter(draft, target, max_length)
+    return ModelDrafter(draft, max_length)
+
+
+def _target_pass(target: PreTrainedModel, want_hidden: bool, **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits [N, V] (and, if asked, last hidden states [N, H]) of one target forward over the cache."""
+    if not want_hidden:
+        return target(**inputs, use_cache=True).logits[0], None
+    hidden = target.base_model(**inputs, use_cache=True).last_hidden_state[0]
+    return target.get_output_embeddings()(hidden), hidden
+
+
 @torch.inference_mode()
 def generate(
     target: PreTrainedModel,
@@ -185,11 +201,14 @@ def generate(
 
     start = clock()
     cache = new_cache(target, max_length)
-    if len(prompt) > 1:
-        target(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True)
-    drafter = ModelDrafter(draft, max_length) if needs_draft else None
+    drafter = make_drafter(draft, target, max_length) if needs_draft else None
+    want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
+    prefix_hidden = None
+    if len(prompt) > 1:  # the prompt minus its last token: no logits needed
+        out = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True)
+        prefix_hidden = out.last_hidden_state[0] if want_hidden else None
     if drafter is not None:
-        drafter.reset(prompt)
+        drafter.reset(prompt, prefix_hidden)
     prefill_s = clock() - start
 
     root, out, steps, stop_reason = prompt[-1], [], [], "max_new_tokens"
@@ -201,8 +220,8 @@ def generate(
         shape = drafted.shape
         prefix_len = cache_length(cache)
         flat = flatten(drafted.tokens.to(device), shape.parents, shape.depths, prefix_len, dtype)
-        logits = target(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
-                        cache=cache, use_cache=True).logits[0]  # [N, V]
+        logits, hidden = _target_pass(target, want_hidden, input_ids=flat.input_ids, position_ids=flat.position_ids,
+                                      attention_mask=flat.attention_mask, cache=cache)  # [N, V], [N, H] or None
         t2 = clock()
         tokens = drafted.tokens.tolist()
         target_probs = logits if sampling.greedy else _LazyProbs(logits, sampling)
@@ -218,7 +237,8 @@ def generate(
             if drafter is not None:
                 ids = drafted.drafter_ids
                 nodes = tuple(ids[n] for n in result.accepted) if ids is not None else result.accepted
-                drafter.observe(StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus))
+                path_hidden = hidden[list(result.accepted)] if hidden is not None else None
+                drafter.observe(StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus, path_hidden))
             root = result.bonus
         t4 = clock()
         ranks = tuple(shape.ranks[n] for n in result.accepted[1:])[: len(new)]  # drafts that reached the output

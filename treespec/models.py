@@ -26,9 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from treespec import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
+from treespec import eagle as _eagle  # noqa: F401  (registers the EAGLE head)
 from treespec.errors import ConfigError, MissingAssetError
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -235,7 +236,9 @@ def load_model(
     kwargs = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = _offline_from_pretrained(AutoModelForCausalLM, name_or_path, **kwargs)
+    config = _offline_from_pretrained(AutoConfig, name_or_path)
+    loader = AutoModel if config.model_type == _eagle.EagleDraftConfig.model_type else AutoModelForCausalLM
+    model = _offline_from_pretrained(loader, name_or_path, **kwargs)
     return model.to(device).eval()
 
 

@@ -1,0 +1,167 @@
+"""An EAGLE-style draft head that reads the target's hidden state (Li et al. 2024), and its drafter.
+
+Draft position j consumes (f_{j-1}, x_j): the target's feature at the previous position (its last hidden
+state, after the final norm: what its LM head reads) and the embedding of token x_j (the target's own
+embedding table, shared at run time). `fc` fuses them (2H -> H), one Llama decoder layer attends over the
+earlier positions, and the output h_j estimates f_j; an LM head over a reduced vocabulary turns h_j into
+logits for x_{j+1}. Inside a tree the head feeds its own h as the feature of a drafted node. After each
+verification the accepted tokens are re-encoded with the target's true features.
+
+Importing this module registers the architecture (`model_type = "treespec_eagle"`) with transformers.
+The head cannot decode on its own (it needs the target's features), so transformers' assisted generation
+cannot use it; treespec's engine picks `EagleDrafter` for it automatically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, LlamaConfig, PreTrainedModel
+from transformers.cache_utils import Cache
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaPreTrainedModel, LlamaRotaryEmbedding
+
+from treespec.cache import PreallocatedLayer, cache_length, commit
+from treespec.draft import StepOutcome
+from treespec.errors import ConfigError
+from treespec.mask import additive
+
+
+class EagleDraftConfig(LlamaConfig):
+    """LlamaConfig (one decoder layer of the target's shape) plus `output_token_ids` (K ids)."""
+
+    model_type = "treespec_eagle"
+
+    def __init__(self, output_token_ids: list[int] | None = None, **kwargs):
+        self.output_token_ids = list(output_token_ids) if output_token_ids is not None else []
+        super().__init__(**kwargs)
+
+
+class EagleDraftModel(LlamaPreTrainedModel):
+    """fc(2H -> H) + one decoder layer + an LM head over `output_token_ids`."""
+
+    config_class = EagleDraftConfig
+
+    def __init__(self, config: EagleDraftConfig):
+        super().__init__(config)
+        if not config.output_token_ids:
+            raise ValueError("EagleDraftConfig.output_token_ids must list the draft's output tokens")
+        if config._attn_implementation is None:
+            config._attn_implementation = "sdpa"
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        self.lm_head = nn.Linear(hidden, len(config.output_token_ids), bias=False)
+        self.register_buffer("output_ids", torch.tensor(config.output_token_ids, dtype=torch.long), persistent=True)
+        self.post_init()
+
+    def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+        """features, token_embeds [B, L, H]; position_ids [B, L]; additive mask [B or 1, 1, L, past + L].
+        Returns the estimated target features h [B, L, H]."""
+        x = self.fc(torch.cat([features.to(token_embeds.dtype), token_embeds], dim=-1))
+        return self.layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                          use_cache=cache is not None, position_embeddings=self.rotary_emb(x, position_ids))
+
+    def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] -> [..., K] logits over `output_ids`."""
+        return self.lm_head(hidden)
+
+    def expand_logits(self, reduced: torch.Tensor) -> torch.Tensor:
+        """[..., K] -> [..., V] with -inf outside the reduced vocabulary."""
+        full = reduced.new_full((*reduced.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.scatter_(-1, self.output_ids.expand(*reduced.shape[:-1], -1), reduced)
+
+
+def causal_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive [B, 1, L, L] mask: causal, and hiding right padding beyond each sequence's length."""
+    positions = torch.arange(width, device=lengths.device)
+    visible = (positions[None, :] <= positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
+    visible |= torch.eye(width, dtype=torch.bool, device=lengths.device)[None]  # padded queries see themselves
+    mask = torch.zeros(visible.shape, dtype=dtype, device=lengths.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+
+
+class EagleDrafter:
+    """Drafter protocol (treespec.draft) for an `EagleDraftModel`; needs the target's hidden states.
+
+    Draft cache layout: committed pairs, then during a step the pending pairs (accepted tokens with their
+    true target features), the root's pair, and one slot per forwarded tree node. `observe` keeps the
+    committed pairs and the root's, and queues the accepted path (with true features) as pending.
+    """
+
+    wants_target_hidden = True
+
+    def __init__(self, draft: EagleDraftModel, target: PreTrainedModel, max_length: int):
+        if draft.config.hidden_size != target.config.get_text_config().hidden_size:
+            raise ConfigError(f"the EAGLE draft's width ({draft.config.hidden_size}) differs from the target's "
+                              f"({target.config.get_text_config().hidden_size}): it was trained for another target")
+        self.model, self.embed = draft, target.get_input_embeddings()
+        self.max_length = max_length
+        self.device = next(draft.parameters()).device
+        self.dtype = next(draft.parameters()).dtype
+
+    def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
+        """prefix_hidden [T-1, H]: the target's features of prompt_ids[:-1]."""
+        hidden = self.model.config.hidden_size
+        if prefix_hidden is None or len(prefix_hidden) == 0:
+            prefix_hidden = torch.zeros(max(0, len(prompt_ids) - 1), hidden, device=self.device)
+        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64)])
+        self.committed = 0
+        self.pending_features = prefix_hidden[:-1]  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
+        self.pending_tokens = [int(t) for t in prompt_ids[1:-1]]
+        self.root_feature = prefix_hidden[-1] if len(prefix_hidden) else torch.zeros(hidden, device=self.device)
+        self.next_position = 1
+
+    def _forward(self, features: torch.Tensor, tokens: Sequence[int], positions: Sequence[int],
+                 visible: torch.Tensor) -> torch.Tensor:
+        ids = torch.tensor([list(tokens)], device=self.device)
+        return self.model(features[None].to(self.dtype), self.embed(ids).to(self.dtype),
+                          torch.tensor([list(positions)], device=self.device),
+                          additive(visible.to(self.device), self.dtype), self.cache)[0]
+
+    def root_logits(self, root_token: int) -> torch.Tensor:
+        features = torch.cat([self.pending_features.to(self.device), self.root_feature[None].to(self.device)])
+        tokens = self.pending_tokens + [int(root_token)]
+        length, m = self.committed, len(tokens)
+        visible = torch.ones(m, length + m, dtype=torch.bool)
+        visible[:, length:] = torch.ones(m, m, dtype=torch.bool).tril()
+        positions = range(self.next_position, self.next_position + m)
+        hidden = self._forward(features, tokens, positions, visible)
+        self._root_slot, self._root_position = length + m - 1, self.next_position + m - 1
+        self._hidden, self._slot, self._parent, self._depth = {0: hidden[-1]}, {0: self._root_slot}, {0: -1}, {0: 0}
+        return self.model.expand_logits(self.model.reduced_logits(hidden[-1]))
+
+    def node_logits(self, nodes: Sequence[int], tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        length, m = cache_length(self.cache), len(nodes)
+        visible = torch.zeros(m, length + m, dtype=torch.bool)
+        visible[:, : self._root_slot + 1] = True  # committed pairs, pending pairs and the root
+        for j, (node, parent) in enumerate(zip(nodes, parents)):
+            ancestor = parent
+            while ancestor > 0:
+                visible[j, self._slot[ancestor]] = True
+                ancestor = self._parent[ancestor]
+            visible[j, length + j] = True
+            self._parent[node], self._depth[node] = parent, self._depth[parent] + 1
+        features = torch.stack([self._hidden[p] for p in parents])
+        positions = [self._root_position + self._depth[node] for node in nodes]
+        hidden = self._forward(features, tokens, positions, visible)
+        for j, node in enumerate(nodes):
+            self._slot[node], self._hidden[node] = length + j, hidden[j]
+        return self.model.expand_logits(self.model.reduced_logits(hidden))
+
+    def observe(self, outcome: StepOutcome) -> None:
+        if outcome.target_hidden is None:
+            raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
+        commit(self.cache, self._root_slot + 1, [])  # drafted features are replaced by the target's own
+        self.committed = self._root_slot + 1
+        self.pending_features = outcome.target_hidden[:-1]
+        self.pending_tokens = list(outcome.accepted_tokens[1:])
+        self.root_feature = outcome.target_hidden[-1]
+        self.next_position = self._root_position + 1
+
+
+AutoConfig.register(EagleDraftConfig.model_type, EagleDraftConfig, exist_ok=True)
+AutoModel.register(EagleDraftConfig, EagleDraftModel, exist_ok=True)
