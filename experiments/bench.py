@@ -4,10 +4,12 @@
     python experiments/bench.py data.limit=80               # all 80 MT-Bench first turns
     python experiments/bench.py data=humaneval data.limit=null methods=[hf_generate,sequoia]
 
-Methods: transformers `generate` with the target alone (hf_generate), transformers assisted generation with
-the same draft (hf_assisted, its default settings), treespec autoregressive, chain, k-ary, Sequoia (the
-hardware-aware tree) and dynamic trees. For each prompt and sampling mode every method runs once, in a
-rotating order. Target passes are counted with a forward hook on the target, for every method alike.
+Methods: transformers `generate` with the target alone (hf_generate), transformers assisted generation
+(hf_assisted, its default settings) with the pair's causal-LM draft (`model.assistant`, default the draft),
+treespec autoregressive, chain, k-ary, Sequoia (the hardware-aware tree) and dynamic trees. `method_drafts`
+gives a method another draft than the pair's (e.g. the assistant, for a same-draft comparison).
+For each prompt and sampling mode every method runs once, in a rotating order. Target passes are counted
+with a forward hook on the target, for every method alike.
 Writes bench.csv (the table), bench_rows.jsonl (one row per prompt x sampling x method) and bench.json.
 """
 
@@ -54,6 +56,7 @@ class BenchSchema:
     methods: list[str] = field(default_factory=lambda: ["hf_generate", "hf_assisted", "autoregressive", "chain",
                                                         "kary", "sequoia", "dynamic"])
     trees: dict[str, TreeSpec] = field(default_factory=dict)  # treespec method name -> its tree
+    method_drafts: dict[str, str] = field(default_factory=dict)  # treespec method name -> its draft, if not the pair's
     samplings: list[SamplingSpec] = field(default_factory=list)
     max_new_tokens: int = 128
     seed: int = 0
@@ -101,8 +104,13 @@ def run(cfg: DictConfig) -> list[dict]:
     unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
     if unknown:
         raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
-    pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation)
+    device = resolve_device(cfg.device)
+    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation)
+    drafts = {cfg.draft: pair.draft}
+    for name in {model.assistant or cfg.draft, *cfg.method_drafts.values()} - set(drafts):
+        drafts[name] = load_pair(cfg.target, name, device=device, dtype=cfg.dtype,
+                                 attn_implementation=model.attn_implementation).draft
+    assistant = drafts[model.assistant or cfg.draft]
     prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)
     eos, pad = pair.tokenizer.eos_token_id, pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id
     choices = {}
@@ -120,11 +128,12 @@ def run(cfg: DictConfig) -> list[dict]:
         counter.calls = 0
         start = time.perf_counter()
         if method in HF_METHODS:
-            assistant = pair.draft if method == "hf_assisted" else None
-            tokens = hf_decode(pair.target, assistant, ids, sampling, max_new, eos, pad, seed)
+            tokens = hf_decode(pair.target, assistant if method == "hf_assisted" else None, ids, sampling, max_new,
+                               eos, pad, seed)
             passes = counter.calls
         else:
-            out = generate(pair.target, pair.draft, ids, tree=choices[spec.name, method].policy,
+            draft = drafts[cfg.method_drafts.get(method, cfg.draft)]
+            out = generate(pair.target, draft, ids, tree=choices[spec.name, method].policy,
                            max_new_tokens=max_new, temperature=sampling.temperature, top_p=sampling.top_p,
                            top_k=sampling.top_k, seed=seed, eos_token_id=eos)
             tokens, passes = out.tokens, out.target_passes
@@ -163,6 +172,7 @@ def run(cfg: DictConfig) -> list[dict]:
         writer.writeheader()
         writer.writerows(table)
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
+                "assistant": model.assistant or cfg.draft,
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
     (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
     print(f"-> {out_dir}")

@@ -30,6 +30,7 @@ class ModelSpec:
     name: str = "smollm2"
     target: str = "smollm2-135m-instruct"
     draft: Optional[str] = "smollm2-135m-draft"
+    assistant: Optional[str] = None  # a causal-LM draft for transformers' assisted generation (default: draft)
     attn_implementation: str = "sdpa"
     acceptance_greedy: Optional[list[float]] = None  # measured P_k, temperature 0
     acceptance_sampled: Optional[list[float]] = None  # measured P_k under sampling

