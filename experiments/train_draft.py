@@ -67,8 +67,8 @@ class DraftSpec:
     kind: str = "plain"  # plain: an independent causal LM; eagle: a head reading the target's hidden state
     init_layers: list[int] = field(default_factory=lambda: [0, 1])  # plain: target layers copied
     embed_rank: int = 48  # plain: rank of the factorised input embedding
-    eagle_init_layer: int = -1  # eagle: target layer copied into the head's decoder layer
-    feature_weight: float = 1.0  # eagle: weight of the feature regression next to the cross-entropy
+    eagle_init_layer: Optional[int] = None  # eagle: target layer copied into the head's decoder layer (None: fresh)
+    feature_weight: float = 0.1  # eagle: weight of the feature regression next to the cross-entropy
     feature_noise: float = 0.1  # eagle: relative noise on input features during training
     freeze_head: bool = True  # eagle: keep the target's output rows as the head's LM head
 
@@ -365,8 +365,10 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                  "it cannot decode on its own, so transformers' assisted generation cannot use it.")
         architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
                         "target's feature (last hidden state after its final norm) and e the target's own token "
-                        f"embedding (shared at run time, not stored), then one decoder layer copied from the target's "
-                        f"layer {cfg['draft']['eagle_init_layer']} and trained; its output estimates f_j.\n"
+                        "embedding (shared at run time, not stored), then one decoder layer ("
+                        + (f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
+                           if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
+                        + ", then trained); its output estimates f_j.\n"
                         f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
         objective = (f"Cross-entropy against the target's top-k distribution at every answer position plus "
                      f"{cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from treespec.data import Prompt, encode_prompt, load_prompts
@@ -32,8 +33,8 @@ class ModelSpec:
     draft: Optional[str] = "smollm2-135m-draft"
     assistant: Optional[str] = None  # a causal-LM draft for transformers' assisted generation (default: draft)
     attn_implementation: str = "sdpa"
-    acceptance_greedy: Optional[list[float]] = None  # measured P_k, temperature 0
-    acceptance_sampled: Optional[list[float]] = None  # measured P_k under sampling
+    acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
+    acceptance_sampled: Optional[Any] = None  # the same under sampling
     acceptance_source: str = ""  # how the vectors were measured
 
 
@@ -48,7 +49,7 @@ class TreeSpec:
     max_budget: int = 64  # search range of the hardware-aware choice
     topk: int = 4  # dynamic: expansion width
     children: str = "without_replacement"  # static trees under sampling: see treespec.policies
-    acceptance: Optional[list[float]] = None  # overrides the model's measured vector
+    acceptance: Optional[Any] = None  # overrides the model's measured vector (or depth x rank matrix)
     file: Optional[str] = None  # policy=file: a tree YAML written by experiments/build_tree.py
 
 
@@ -83,8 +84,9 @@ def sampling_config(spec: SamplingSpec) -> SamplingConfig:
     return SamplingConfig(spec.temperature, spec.top_p, spec.top_k)
 
 
-def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig) -> Optional[list[float]]:
-    """The acceptance vector that applies: the tree's override, else the model's for this sampling mode."""
+def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig) -> Optional[list]:
+    """The acceptance that applies (a vector or a depth x rank matrix): the tree's override, else the model's
+    for this sampling mode."""
     if tree.acceptance:
         return list(tree.acceptance)
     vector = model.acceptance_greedy if sampling.greedy else (model.acceptance_sampled or model.acceptance_greedy)
@@ -148,7 +150,7 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         shape = chain(0)
     info.update(budget=shape.size, depth=shape.levels, children=tree.children)
     if acceptance is not None:
-        info.update(acceptance=[round(float(a), 5) for a in acceptance],
+        info.update(acceptance=np.round(np.asarray(acceptance, dtype=float), 5).tolist(),
                     predicted_accepted=round(expected_tokens(shape, acceptance), 4))
     if hardware is not None:
         info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))

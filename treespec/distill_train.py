@@ -164,10 +164,11 @@ def cosine_lr(step: int, total: int, warmup: int, peak: float, floor: float) -> 
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
-def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int = -1):
-    """An EAGLE head for a Llama-style target: one decoder layer copied from the target's layer
-    `init_layer`, the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to
-    pass the feature through plus the token embedding (h = f + e before the layer)."""
+def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int | None = None):
+    """An EAGLE head for a Llama-style target: one decoder layer (copied from the target's layer
+    `init_layer`, or freshly initialised when None: small updates, so the head starts close to h = f + e),
+    the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to pass the feature
+    through plus the token embedding."""
     from treespec.eagle import EagleDraftConfig, EagleDraftModel
 
     tcfg = target.config
@@ -178,7 +179,8 @@ def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[i
     head = EagleDraftModel(EagleDraftConfig(**fields))
     hidden = tcfg.hidden_size
     with torch.no_grad():
-        head.layer.load_state_dict(target.model.layers[init_layer].state_dict())
+        if init_layer is not None:
+            head.layer.load_state_dict(target.model.layers[init_layer].state_dict())
         head.lm_head.weight.copy_(target.lm_head.weight[head.output_ids])
         head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
         head.fc.bias.zero_()

@@ -131,6 +131,27 @@ def _eos_ids(model: PreTrainedModel, eos_token_id) -> frozenset[int]:
     return frozenset(int(t) for t in eos_token_id)
 
 
+def _validate(target: PreTrainedModel, draft: PreTrainedModel | None, policy: TreePolicy, prompt: list[int],
+              max_new_tokens: int) -> bool:
+    """Check a request before any model work; return whether the policy needs the draft."""
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
+    limit = _context_limit(target)
+    if limit is not None and len(prompt) + max_new_tokens > limit:
+        raise ConfigError(
+            f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context of {limit}"
+        )
+    vocab = target.config.get_text_config().vocab_size
+    if max(prompt) >= vocab or min(prompt) < 0:
+        raise ConfigError(f"prompt token ids must lie in [0, {vocab})")
+    needs_draft = not (getattr(policy, "shape", None) is not None and policy.shape.size == 1)
+    if needs_draft:
+        if draft is None:
+            raise ConfigError(f"the tree policy '{policy.describe()['policy']}' needs a draft model")
+        check_pair(target, draft)
+    return needs_draft
+
+
 def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: int) -> Drafter:
     """The drafter for a draft model: an EAGLE head reads the target's features, anything else is a causal LM."""
     if isinstance(draft, EagleDraftModel):
@@ -172,21 +193,7 @@ def generate(
     sampling = SamplingConfig(temperature, top_p, top_k)
     policy: TreePolicy = as_policy(tree)
     prompt = _prompt_list(input_ids)
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
-    limit = _context_limit(target)
-    if limit is not None and len(prompt) + max_new_tokens > limit:
-        raise ConfigError(
-            f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context of {limit}"
-        )
-    vocab = target.config.get_text_config().vocab_size
-    if max(prompt) >= vocab or min(prompt) < 0:
-        raise ConfigError(f"prompt token ids must lie in [0, {vocab})")
-    needs_draft = not (getattr(policy, "shape", None) is not None and policy.shape.size == 1)
-    if needs_draft:
-        if draft is None:
-            raise ConfigError(f"the tree policy '{policy.describe()['policy']}' needs a draft model")
-        check_pair(target, draft)
+    needs_draft = _validate(target, draft, policy, prompt, max_new_tokens)
 
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
@@ -205,8 +212,8 @@ def generate(
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
     prefix_hidden = None
     if len(prompt) > 1:  # the prompt minus its last token: no logits needed
-        out = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True)
-        prefix_hidden = out.last_hidden_state[0] if want_hidden else None
+        prefill = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True)
+        prefix_hidden = prefill.last_hidden_state[0] if want_hidden else None
     if drafter is not None:
         drafter.reset(prompt, prefix_hidden)
     prefill_s = clock() - start
