@@ -105,3 +105,17 @@ def test_incremental_decoding_never_splits_characters():
     assert all("\ufffd" not in piece for piece in pieces)
     assert "".join(pieces) == tokenizer.decode(ids)
     assert sum(1 for p in pieces if p == "") > 0  # some tokens were held back mid-character
+
+
+def test_importing_the_cli_module_keeps_the_generate_function_callable():
+    import importlib
+
+    import treespec
+    from treespec import engine, models
+
+    importlib.import_module("treespec.generate")  # binds the module as treespec.generate
+    target = models.load_model("tiny-random-llama")
+    draft = models.load_model("tiny-random-llama-draft")
+    via_package = treespec.generate(target, draft, [1, 5, 9], tree=treespec.policies.Chain(3), max_new_tokens=6)
+    direct = engine.generate(target, draft, [1, 5, 9], tree=treespec.policies.Chain(3), max_new_tokens=6)
+    assert via_package.tokens == direct.tokens and len(direct.tokens) == 6

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -172,5 +173,16 @@ def main() -> None:
     cli.run_app(run, "generate", {"generate_schema": GenerateSchema})
 
 
+class _CallableModule(types.ModuleType):
+    """`treespec.generate` names both this CLI module and the engine's function. Importing the module makes Python
+    bind it as the package attribute, shadowing the function; making the module callable keeps
+    `treespec.generate(target, draft, input_ids, ...)` working whichever is bound."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Generation:
+        return generate(*args, **kwargs)
+
+
 if __name__ == "__main__":
     main()
+else:
+    sys.modules[__name__].__class__ = _CallableModule
