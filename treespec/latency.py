@@ -20,6 +20,8 @@ import yaml
 from transformers import PreTrainedModel
 
 from treespec.cache import commit, new_cache
+from treespec.draft import Drafter
+from treespec.engine import make_drafter
 from treespec.errors import ConfigError
 from treespec.mask import flatten
 
@@ -101,6 +103,17 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
 
 
 @torch.inference_mode()
+def _timed_draft_step(drafter: Drafter, prefix: list[int], device: torch.device) -> float:
+    """Seconds for one draft level of one node (the engine's own drafting call) after a fresh prefill."""
+    drafter.reset(prefix)
+    drafter.root_logits(prefix[-1])
+    _synchronise(device)
+    start = time.perf_counter()
+    drafter.node_logits([1], [prefix[0]], [0])
+    _synchronise(device)
+    return time.perf_counter() - start
+
+
 def measure_latency(
     target: PreTrainedModel,
     draft: PreTrainedModel | None,
@@ -113,14 +126,21 @@ def measure_latency(
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LatencyProfile:
-    """Median pass times of the target over each tree size, and of one draft step, interleaved."""
+    """Median pass times of the target over each tree size, and of one draft step, interleaved.
+
+    The draft step is timed through the engine's drafter (so an EAGLE head is timed as it drafts, mask
+    building included) as one tree level of one node on top of a prefix_len prefix.
+    """
     sizes = sorted({int(n) for n in sizes} | {1})
     if sizes[0] < 1 or prefix_len < 1 or repeats < 1:
         raise ConfigError("sizes, prefix_len and repeats must be >= 1")
     generator = torch.Generator().manual_seed(seed)
     max_len = prefix_len + max(sizes)
     target_cache = _prefilled_cache(target, prefix_len, max_len, generator)
-    draft_cache = _prefilled_cache(draft, prefix_len, max_len, generator) if draft is not None else None
+    drafter = make_drafter(draft, target, max_len) if draft is not None else None
+    vocab = target.config.get_text_config().vocab_size
+    draft_prefix = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
+    device = next(target.parameters()).device
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     draft_samples: list[float] = []
     for rep in range(warmup + repeats):
@@ -128,13 +148,12 @@ def measure_latency(
             elapsed = _timed_pass(target, target_cache, prefix_len, n, generator)
             if rep >= warmup:
                 samples[n].append(elapsed)
-        if draft_cache is not None:
-            elapsed = _timed_pass(draft, draft_cache, prefix_len, 1, generator)
+        if drafter is not None:
+            elapsed = _timed_draft_step(drafter, draft_prefix, device)
             if rep >= warmup:
                 draft_samples.append(elapsed)
         if progress is not None:
             progress(rep)
-    device = next(target.parameters()).device
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
             "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
     if device.type == "cuda":
