@@ -71,6 +71,8 @@ class DraftSpec:
     feature_weight: float = 0.1  # eagle: weight of the feature regression next to the cross-entropy
     feature_noise: float = 0.1  # eagle: relative noise on input features during training
     freeze_head: bool = True  # eagle: keep the target's output rows as the head's LM head
+    eagle_unroll: int = 1  # eagle: 2 also trains on the head's own features one level down, as at tree depth 2
+    init_from: Optional[str] = None  # a draft directory (same kind and vocabulary) to start from instead of the target
 
 
 @dataclass
@@ -229,6 +231,11 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
         raise ConfigError("an EAGLE draft needs the target's features of every shard: run the features stage")
     features = [f for path in paths for f in torch.load(path)]
     head = distill_train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
+    if cfg.draft.init_from:
+        start = load_model(cfg.draft.init_from)
+        if list(start.config.output_token_ids) != list(vocab):
+            raise ConfigError(f"draft.init_from={cfg.draft.init_from} has another output vocabulary than this run")
+        head.load_state_dict(start.state_dict())
     head.lm_head.weight.requires_grad_(not cfg.draft.freeze_head)
     embed = target.get_input_embeddings().requires_grad_(False)
     noise = torch.Generator().manual_seed(cfg.seed)
@@ -237,7 +244,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
         batch = distill_train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
         loss, logits, _ = distill_train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
                                                    feature_noise=cfg.draft.feature_noise if head.training else 0.0,
-                                                   generator=noise)
+                                                   generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
 
     return Trainee(head, forward)
@@ -353,6 +360,8 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
 
 def model_card(summary: dict, draft: torch.nn.Module) -> str:
     """The model card: how the draft was made (measurements against the target are added by their commands)."""
+    start = (f"Started from the trained draft `{summary['config']['draft']['init_from']}` (its own card gives that "
+             "run), then: " if summary["config"]["draft"].get("init_from") else "")
     cfg, c = summary["config"], draft.config
     heldout = summary["final_heldout"]
     vocab = (f"an LM head over {summary['output_vocab']} tokens (the most frequent in the answers; they cover "
@@ -372,7 +381,9 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                         f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
         objective = (f"Cross-entropy against the target's top-k distribution at every answer position plus "
                      f"{cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
-                     f"feature, with {cfg['draft']['feature_noise']} relative noise on input features")
+                     f"feature, with {cfg['draft']['feature_noise']} relative noise on input features"
+                     + (", averaged with the same loss one tree level down (the head reading its own output "
+                        "features, attending as a depth-2 node does)" if cfg["draft"].get("eagle_unroll", 1) == 2 else ""))
     else:
         title = "Draft"
         usage = (f"A {c.num_hidden_layers}-layer Llama-style causal LM (`TreespecDraftForCausalLM`, `import treespec` "
@@ -404,7 +415,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 - {summary['parameters'] / 1e6:.2f}M parameters, stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
 
 ## Training
-{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
+{start}{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
 {cfg['train']['tokens_per_batch']} tokens per batch, {summary['train_steps']} steps
 ({summary['train_seconds'] / 3600:.2f} h on this CPU).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target

@@ -153,3 +153,16 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     expected = target.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False)[0, 4:].tolist()
     got = treespec.generate(target, head, prompt, tree=treespec.policies.KAry([2, 2]), max_new_tokens=10)
     assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)
+
+    # a second run starts from that head and trains one tree level down as well
+    second = tmp_path / "second"
+    second.mkdir()
+    for name in ("prompts.jsonl", "generate_log.jsonl", "vocab.json"):
+        (second / name).write_bytes((run / name).read_bytes())
+    for name in ("shards", "features"):
+        (second / name).symlink_to(run / name)
+    result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=2",
+                          f"draft.init_from={run / 'draft'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    card = (second / "draft" / "README.md").read_text()
+    assert f"Started from the trained draft `{run / 'draft'}`" in card and "one tree level down" in card

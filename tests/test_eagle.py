@@ -65,7 +65,8 @@ def test_head_for_another_width_is_refused(target_and_head):
         EagleDrafter(head, tiny_model("llama", hidden=48), 32)
 
 
-def test_eagle_training_pieces_learn():
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_eagle_training_pieces_learn(unroll):
     target = tiny_model("llama", seed=0, vocab=32)
     prompts = [[(7 * i + j) % 32 for j in range(4)] for i in range(10)]
     records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=10, keep_top=8,
@@ -82,10 +83,29 @@ def test_eagle_training_pieces_learn():
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     losses = []
     for _ in range(25):
-        loss, _, parts = distill_train.eagle_loss(head, embed, batch, feature_noise=0.1,
+        loss, _, parts = distill_train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
                                                   generator=torch.Generator().manual_seed(0))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0] and set(parts) == {"ce", "feature"}
+
+
+def test_second_unrolled_level_is_what_a_depth_2_node_computes(target_and_head):
+    target, head = target_and_head
+    tokens = [5, 9, 13, 2, 7, 30, 11, 4]
+    features = _features(target, tokens)  # F_i: the target's feature at token i
+    embeds = target.get_input_embeddings()(torch.tensor([tokens[1:]]))
+    with torch.no_grad():
+        first, second = distill_train.eagle_hidden(head, features[None, :-1], embeds, torch.tensor([len(tokens) - 1]),
+                                                   unroll=2)
+        for j in (1, 3, 5):  # the node drafted for x_{j+1} below a root x_j
+            drafter = EagleDrafter(head, target, 64)
+            drafter.reset(tokens[: j + 1], features[:j])
+            root = drafter.root_logits(tokens[j])
+            node = drafter.node_logits([1], [tokens[j + 1]], [0])[0]
+            ids = head.output_ids
+            torch.testing.assert_close(root[ids], head.reduced_logits(first[0, j - 1]), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(node[ids], head.reduced_logits(second[0, j]), rtol=1e-4, atol=1e-4)
+

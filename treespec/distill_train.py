@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
 
@@ -214,26 +214,56 @@ def collate_eagle(examples: Sequence[Example], features: Sequence[torch.Tensor],
                       plain.top_logprobs)
 
 
-def eagle_loss(head, embed: torch.nn.Module, batch: EagleBatch, *, feature_weight: float = 1.0,
-               feature_noise: float = 0.0, generator: torch.Generator | None = None):
-    """Soft cross-entropy at answer rows plus smooth-L1 between the head's output and the target's next
-    feature at every valid position. Returns (loss, reduced logits [R, K], {"ce", "feature"})."""
+def unrolled_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive [B, 1, L, 2L] mask for the second unrolled pass: query j sees the first pass's keys 0..j-1
+    (inputs with the target's true features) and its own second-pass key, as a depth-2 tree node does."""
+    positions = torch.arange(width, device=lengths.device)
+    earlier = (positions[None, :] < positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
+    own = torch.eye(width, dtype=torch.bool, device=lengths.device)[None].expand(len(lengths), -1, -1)
+    visible = torch.cat([earlier, own], dim=-1)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=lengths.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+
+
+def eagle_hidden(head, features: torch.Tensor, token_embeds: torch.Tensor, lengths: torch.Tensor,
+                 unroll: int = 1) -> list[torch.Tensor]:
+    """The head's outputs [B, L, H] per unrolled level. Level 1 reads the target's features (pairs
+    (f_j, x_{j+1}) at position j + 1); level 2 reads level 1's outputs instead, one position back, with the
+    keys of level 1 as context, which is exactly what the head computes for a depth-2 node of a tree."""
     from treespec.eagle import causal_mask
 
+    if unroll not in (1, 2):
+        raise ValueError(f"unroll must be 1 or 2, got {unroll}")
+    width = token_embeds.shape[1]
+    positions = torch.arange(1, width + 1, device=token_embeds.device)[None].expand(len(token_embeds), -1)
+    cache = DynamicCache() if unroll == 2 else None
+    first = head(features, token_embeds, positions, causal_mask(lengths, width, token_embeds.dtype), cache)
+    if unroll == 1:
+        return [first]
+    drafted = torch.cat([features[:, :1], first[:, :-1]], dim=1)
+    second = head(drafted, token_embeds, positions, unrolled_mask(lengths, width, token_embeds.dtype), cache)
+    return [first, second]
+
+
+def eagle_loss(head, embed: torch.nn.Module, batch: EagleBatch, *, feature_weight: float = 1.0,
+               feature_noise: float = 0.0, generator: torch.Generator | None = None, unroll: int = 1):
+    """Soft cross-entropy at answer rows plus smooth-L1 between the head's output and the target's next
+    feature at every valid position, averaged over the unrolled levels (see `eagle_hidden`).
+    Returns (loss, level-1 reduced logits [R, K], {"ce", "feature"} of the last level)."""
     features = batch.features
     if feature_noise > 0:  # robustness to the head's own, imperfect features deeper in a tree
         scale = features.pow(2).mean(-1, keepdim=True).sqrt()
         features = features + feature_noise * scale * torch.randn(features.shape, generator=generator)
-    width = batch.input_ids.shape[1]
-    positions = torch.arange(1, width + 1)[None].expand(len(batch.input_ids), -1)
-    mask = causal_mask(batch.lengths, width, torch.float32)
-    hidden = head(features, embed(batch.input_ids).detach(), positions, mask)  # [B, L-1, H]
-    valid = torch.arange(width)[None] < batch.lengths[:, None]
-    feature_loss = F.smooth_l1_loss(hidden[valid], batch.targets[valid])
-    logits = head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]])
-    log_q = torch.log_softmax(logits.float(), dim=-1)
+    levels = eagle_hidden(head, features, embed(batch.input_ids).detach(), batch.lengths, unroll)
+    valid = torch.arange(batch.input_ids.shape[1])[None] < batch.lengths[:, None]
     emittable = batch.top_ids >= 0
     p = torch.nan_to_num(torch.where(emittable, batch.top_logprobs, torch.full_like(batch.top_logprobs, -math.inf))
                          .softmax(-1))
-    ce = -(p * log_q.gather(1, batch.top_ids.clamp(min=0))).sum(-1).mean()
-    return ce + feature_weight * feature_loss, logits, {"ce": ce.item(), "feature": feature_loss.item()}
+    total, first_logits = 0.0, None
+    for hidden in levels:
+        feature_loss = F.smooth_l1_loss(hidden[valid], batch.targets[valid])
+        logits = head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]])
+        first_logits = logits if first_logits is None else first_logits
+        ce = -(p * torch.log_softmax(logits.float(), dim=-1).gather(1, batch.top_ids.clamp(min=0))).sum(-1).mean()
+        total = total + (ce + feature_weight * feature_loss) / len(levels)
+    return total, first_logits, {"ce": ce.item(), "feature": feature_loss.item()}
