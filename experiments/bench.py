@@ -107,10 +107,13 @@ def run(cfg: DictConfig) -> list[dict]:
     device = resolve_device(cfg.device)
     pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation)
     drafts = {cfg.draft: pair.draft}
-    for name in {model.assistant or cfg.draft, *cfg.method_drafts.values()} - set(drafts):
+    wanted = {cfg.method_drafts[m] for m in methods if m in cfg.method_drafts}
+    if "hf_assisted" in methods:
+        wanted.add(model.assistant or cfg.draft)
+    for name in wanted - set(drafts):
         drafts[name] = load_pair(cfg.target, name, device=device, dtype=cfg.dtype,
                                  attn_implementation=model.attn_implementation).draft
-    assistant = drafts[model.assistant or cfg.draft]
+    assistant = drafts.get(model.assistant or cfg.draft)
     prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)
     eos, pad = pair.tokenizer.eos_token_id, pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id
     choices = {}
