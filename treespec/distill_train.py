@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
+from treespec.mask import additive
 
 
 def init_draft_from_target(
@@ -220,9 +221,7 @@ def unrolled_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torc
     positions = torch.arange(width, device=lengths.device)
     earlier = (positions[None, :] < positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
     own = torch.eye(width, dtype=torch.bool, device=lengths.device)[None].expand(len(lengths), -1, -1)
-    visible = torch.cat([earlier, own], dim=-1)
-    mask = torch.zeros(visible.shape, dtype=dtype, device=lengths.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+    return additive(torch.cat([earlier, own], dim=-1), dtype)
 
 
 def eagle_hidden(head, features: torch.Tensor, token_embeds: torch.Tensor, lengths: torch.Tensor,

@@ -80,8 +80,7 @@ def causal_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.
     positions = torch.arange(width, device=lengths.device)
     visible = (positions[None, :] <= positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
     visible |= torch.eye(width, dtype=torch.bool, device=lengths.device)[None]  # padded queries see themselves
-    mask = torch.zeros(visible.shape, dtype=dtype, device=lengths.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+    return additive(visible, dtype)
 
 
 class EagleDrafter:

@@ -102,7 +102,6 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     return elapsed
 
 
-@torch.inference_mode()
 def _timed_draft_step(drafter: Drafter, prefix: list[int], device: torch.device) -> float:
     """Seconds for one draft level of one node (the engine's own drafting call) after a fresh prefill."""
     drafter.reset(prefix)
@@ -114,6 +113,7 @@ def _timed_draft_step(drafter: Drafter, prefix: list[int], device: torch.device)
     return time.perf_counter() - start
 
 
+@torch.inference_mode()
 def measure_latency(
     target: PreTrainedModel,
     draft: PreTrainedModel | None,

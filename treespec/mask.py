@@ -28,9 +28,9 @@ def ancestors(parents: Sequence[int]) -> torch.Tensor:
 
 
 def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[M, L] bool -> [1, 1, M, L] additive mask in `dtype` (0 visible, finfo.min hidden)."""
+    """[M, L] or [B, M, L] bool -> [1 or B, 1, M, L] additive mask in `dtype` (0 visible, finfo.min hidden)."""
     mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min).reshape(-1, 1, *visible.shape[-2:])
 
 
 @dataclass(frozen=True)
