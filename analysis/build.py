@@ -6,8 +6,9 @@
 
 Steps (each a subprocess of the experiments/ scripts; output goes to <out>/logs/):
   1. acceptance/   experiments/measure_acceptance.py on held-out pool prompts (spine tree, width 4, depth 3)
-  2. profile/      a latency profile hardware_<name>.yaml: copied from --hardware or conf/hardware/<model's
-                   profile>.yaml when one exists, else measured with experiments/profile_latency.py
+  2. profile/      a latency profile hardware_<name>.yaml: copied from --hardware, else measured on this
+                   machine with experiments/profile_latency.py (which also fills hardware=auto's cache, so
+                   the runs below use the same profile, weight layout and dtype)
   3. runs/         experiments/run.py -m: chain, k-ary, Sequoia, dynamic at one budget, and autoregressive,
                    on MT-Bench and HumanEval prompts, greedy
   4. sweep/        experiments/run.py -m: Sequoia over budgets x depth limits on MT-Bench prompts
@@ -52,8 +53,6 @@ PRESETS = {
                 "profile": {"sizes": "[1,2,3,4,6,8,12,16,24,32]", "prefix_len": 400, "repeats": 5,
                             "warmup": 2}},
 }
-# conf/hardware/<name>.yaml per model, used instead of measuring a profile when it exists
-DEFAULT_HARDWARE = {"smollm2": "cpu_smollm2"}
 
 
 class BuildError(RuntimeError):
@@ -71,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="new tokens per prompt (default: 64 smollm2, 16 tiny)")
     parser.add_argument("--threads", type=int, help="torch threads of the runs (0 = torch's default)")
     parser.add_argument("--hardware", type=Path,
-                        help="a hardware profile YAML (default: the model's conf/hardware/ one, or measure)")
+                        help="a hardware profile YAML (default: measure this machine, as hardware=auto does)")
     parser.add_argument("--skip-runs", action="store_true",
                         help="only execute the notebooks on existing results")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds allowed per subprocess")
@@ -140,9 +139,6 @@ def hardware_profile(args) -> Path:
     target = args.out / "profile"
     target.mkdir(parents=True, exist_ok=True)
     given = args.hardware
-    if given is None and args.model in DEFAULT_HARDWARE:
-        candidate = ROOT / "conf" / "hardware" / f"{DEFAULT_HARDWARE[args.model]}.yaml"
-        given = candidate if candidate.is_file() else None
     if given is not None:
         if not given.is_file():
             raise BuildError(f"hardware profile not found: {given}")
@@ -175,7 +171,10 @@ def acceptance_override(args, measured: Path) -> list[str]:
 
 
 def common_overrides(args) -> list[str]:
-    return [f"model={args.model}", "hardware=none", "sampling=greedy", f"data.limit={args.prompts}",
+    # hardware=auto finds the profile step's measurement in the cache (same prefix length and threads)
+    hardware = (["hardware=none"] if args.hardware else
+                ["hardware=auto", f"hardware.prefix_len={args.preset['profile']['prefix_len']}"])
+    return [f"model={args.model}", *hardware, "sampling=greedy", f"data.limit={args.prompts}",
             "data.shuffle_seed=0", f"max_new_tokens={args.max_new_tokens}", f"threads={args.threads}"]
 
 

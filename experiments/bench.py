@@ -34,14 +34,16 @@ from treespec.configs import (
     TreeSpec,
     acceptance_for,
     build_policy,
-    latency_profile,
+    check_hardware,
     load_data,
     load_pair,
     resolve_device,
+    resolve_hardware,
     sampling_config,
 )
 from treespec.engine import generate
 from treespec.errors import ConfigError
+from treespec.hardware import configure
 from treespec.reporting import bench_table, format_table
 from treespec.sampling import SamplingConfig
 
@@ -61,7 +63,8 @@ class BenchSchema:
     max_new_tokens: int = 128
     seed: int = 0
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "float32"  # or auto: fp32 or bf16 per model, by measurement (hardware=auto)
+    layout: str = "auto"  # auto (measured) | standard | transposed
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
@@ -104,15 +107,27 @@ def run(cfg: DictConfig) -> list[dict]:
     unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
     if unknown:
         raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
+    for method in methods:
+        if method not in HF_METHODS:
+            check_hardware(cli.to_spec(TreeSpec, cfg.trees[method]), hardware)
     device = resolve_device(cfg.device)
-    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation)
+    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
+                     layout=cfg.layout)
+    pair = resolve_hardware(hardware, pair, dtype=cfg.dtype, layout=cfg.layout,
+                            acceptance=acceptance_for(model, TreeSpec(), sampling_config(samplings[0])),
+                            progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
+    print(f"bench on {pair.hardware.device}: target {pair.hardware.target_dtype} {pair.hardware.target_layout}, "
+          f"draft {pair.hardware.draft_dtype} {pair.hardware.draft_layout}; hardware profile {pair.hardware.origin}",
+          flush=True)
     drafts = {cfg.draft: pair.draft}
     wanted = {cfg.method_drafts[m] for m in methods if m in cfg.method_drafts}
     if "hf_assisted" in methods:
         wanted.add(model.assistant or cfg.draft)
-    for name in wanted - set(drafts):
-        drafts[name] = load_pair(cfg.target, name, device=device, dtype=cfg.dtype,
-                                 attn_implementation=model.attn_implementation).draft
+    for name in wanted - set(drafts):  # other drafts take the dtype and layout chosen for the pair's draft
+        other = load_pair(cfg.target, name, device=device, dtype="float32", attn_implementation=model.attn_implementation,
+                          layout="standard").draft
+        drafts[name] = configure(other, pair.hardware.draft_dtype or pair.hardware.target_dtype,
+                                 pair.hardware.draft_layout or pair.hardware.target_layout)
     assistant = drafts.get(model.assistant or cfg.draft)
     prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)
     eos, pad = pair.tokenizer.eos_token_id, pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id
@@ -123,7 +138,7 @@ def run(cfg: DictConfig) -> list[dict]:
             if method not in HF_METHODS:
                 tree = cli.to_spec(TreeSpec, cfg.trees[method])
                 choices[spec.name, method] = build_policy(tree, acceptance_for(model, tree, sampling),
-                                                          latency_profile(hardware), hardware.name)
+                                                          pair.hardware.profile, pair.hardware.name)
     counter = PassCounter(pair.target)
 
     def decode(method: str, spec: SamplingSpec, ids: list[int], seed: int, max_new: int) -> tuple[list[int], float, int]:
@@ -162,6 +177,7 @@ def run(cfg: DictConfig) -> list[dict]:
                     rows.append({"prompt_id": prompt.id, "category": prompt.category, "sampling": spec.name,
                                  "method": method, "tokens": len(tokens), "seconds": seconds, "passes": passes,
                                  "predicted_accepted": choice.info.get("predicted_accepted") if choice else None,
+                                 "predicted_speedup": choice.info.get("predicted_speedup") if choice else None,
                                  "output": tokens})
                     bar.update(1)
                 for row in rows[-len(methods):]:  # greedy: every method must reproduce transformers' output
@@ -175,7 +191,7 @@ def run(cfg: DictConfig) -> list[dict]:
         writer.writeheader()
         writer.writerows(table)
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
-                "assistant": model.assistant or cfg.draft,
+                "assistant": model.assistant or cfg.draft, "hardware": pair.hardware.summary(),
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
     (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
     print(f"-> {out_dir}")

@@ -1,10 +1,15 @@
-"""Measure t(n) and c for a pair on this device and write a hardware profile (config: conf/profile_latency.yaml).
+"""Measure a pair's step costs on this device and write them as a named hardware profile
+(config: conf/profile_latency.yaml).
 
     python experiments/profile_latency.py                         # default pair on this machine
+    python experiments/profile_latency.py dtype=auto layout=auto  # also choose fp32/bf16 and the weight layout
     python experiments/profile_latency.py device=cuda dtype=bfloat16 name=h200_smollm2 install=true
 
-Writes hardware_<name>.yaml (the conf/hardware/ format: name, target_ms, draft_ms, settings) into the run
-directory, and with install=true also to conf/hardware/<name>.yaml so that `hardware=<name>` selects it.
+Measures what `hardware=auto` measures (treespec.hardware.auto_profile: t(n), the draft's cost per level
+width, the engine's per-step overheads, and with layout/dtype `auto` the faster configuration of each model),
+always anew, and refreshes the auto cache with it. Writes hardware_<name>.yaml (the conf/hardware/ format)
+into the run directory, and with install=true also to conf/hardware/<name>.yaml so that `hardware=<name>`
+selects it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ from typing import Optional
 import torch
 import yaml
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from treespec import cli
-from treespec.configs import ModelSpec, load_pair, resolve_device
-from treespec.latency import measure_latency
+from treespec.configs import ModelSpec, TreeSpec, acceptance_for, load_pair, resolve_device
+from treespec.hardware import auto_profile
+from treespec.sampling import SamplingConfig
 
 
 @dataclass
@@ -33,10 +38,22 @@ class ProfileLatencySchema:
     warmup: int = 2
     install: bool = False
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "float32"  # or auto: fp32 and (where fast) bf16 measured, per model
+    layout: str = "auto"  # auto: both weight layouts measured on a CPU | standard | transposed
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
+
+
+def profile_document(name: str, profile, resolved) -> dict:
+    """A conf/hardware/ entry: the HardwareSpec fields, with derived values and provenance under settings."""
+    measured = profile.to_dict()
+    return {"name": name, "target_ms": measured["target_ms"], "draft_ms": measured["draft_ms"],
+            "draft_width_ms": measured["draft_width_ms"], "overhead_ms": measured["overhead_ms"],
+            "baseline_overhead_ms": measured["baseline_overhead_ms"],
+            "settings": {**measured["settings"], "target_dtype": resolved.target_dtype,
+                         "draft_dtype": resolved.draft_dtype, "relative_latency": measured["relative_latency"],
+                         "draft_costs": measured["draft_costs"], "draft_cost": measured["draft_cost"]}}
 
 
 def run(cfg: DictConfig):
@@ -44,22 +61,25 @@ def run(cfg: DictConfig):
         torch.set_num_threads(cfg.threads)
     model = cli.to_spec(ModelSpec, cfg.model)
     device = resolve_device(cfg.device)
-    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation)
-    with tqdm(total=cfg.warmup + cfg.repeats, desc="latency", unit="round") as bar:
-        profile = measure_latency(pair.target, pair.draft, sizes=list(cfg.sizes), prefix_len=cfg.prefix_len,
-                                  repeats=cfg.repeats, warmup=cfg.warmup, progress=lambda _: bar.update(1),
+    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
+                     layout=cfg.layout)
+    acceptance = acceptance_for(model, TreeSpec(), SamplingConfig(0.0, 1.0, 0))
+    _, _, resolved = auto_profile(pair.target, pair.draft, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
+                                  remeasure=True, sizes=list(cfg.sizes), repeats=cfg.repeats, warmup=cfg.warmup,
+                                  prefix_len=cfg.prefix_len, progress=cli.progress_bar("profiling"),
                                   settings={"target": cfg.target, "draft": cfg.draft, "model": model.name})
-    measured = profile.to_dict()
+    profile = resolved.profile
     name = cfg.name or f"{device.type}_{model.name}"
-    data = {"name": name, "target_ms": measured["target_ms"], "draft_ms": round(profile.draft_ms, 4),
-            "settings": {**measured["settings"], "relative_latency": measured["relative_latency"],
-                         "draft_cost": measured["draft_cost"]}}
     path = cli.output_dir() / f"hardware_{name}.yaml"
-    path.write_text(f"# measured by experiments/profile_latency.py on {profile.settings['device']}\n"
-                    + yaml.safe_dump(data, sort_keys=False))
-    print(f"t(n): {measured['relative_latency']}\nc = {profile.draft_cost:.4f} (target 1-token pass "
-          f"{profile.target_ms[1]:.2f} ms, draft step {profile.draft_ms:.2f} ms) -> {path}")
+    path.write_text(f"# measured by experiments/profile_latency.py on {resolved.device}\n"
+                    + yaml.safe_dump(profile_document(name, profile, resolved), sort_keys=False))
+    costs = profile.draft_costs
+    print(f"{resolved.device}; target {resolved.target_dtype} {resolved.target_layout}"
+          + (f", draft {resolved.draft_dtype} {resolved.draft_layout}" if resolved.draft_dtype else "")
+          + f"\nt(n): { {n: round(v, 3) for n, v in profile.relative_latency.items()} }"
+          + f"\nc(w): { {w: round(v, 4) for w, v in costs.items()} } (target 1-token pass {profile.target_ms[1]:.2f} ms)"
+          + f"\noverhead per step: {profile.overhead_ms:.2f} ms speculative, {profile.baseline_overhead_ms:.2f} ms "
+            f"autoregressive -> {path}")
     if cfg.install:
         installed = cli.CONF_DIR / "hardware" / f"{name}.yaml"
         shutil.copyfile(path, installed)

@@ -15,8 +15,8 @@ ROOT = Path(__file__).parents[1]
 TINY = ["model=tiny", "hardware=none"]
 
 
-def run_cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run_cli(*args, timeout=300, env=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run([sys.executable, "-m", "treespec.generate", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
 
@@ -47,7 +47,8 @@ def test_sequoia_hardware_aware_choice_and_sampling(tmp_path):
                      f"hydra.searchpath=[file://{tmp_path}]", "hardware=made_up")
     assert result.returncode == 0, result.stderr
     rows = report(result.stdout)
-    assert "hardware-aware choice" in rows["tree"] and rows["hardware profile"].startswith("made-up (c = 0.100)")
+    assert "chosen by the planner: budget, max_depth" in rows["tree"] and "predicted speedup" in rows["tree"]
+    assert rows["hardware profile"].startswith("named profile 'made-up'") and "c = 0.100" in rows["hardware profile"]
     assert rows["acceptance"].endswith("(model tiny, sampled)")
 
 
@@ -68,6 +69,8 @@ def test_dynamic_tree_and_prompt_file(tmp_path):
     (["tree=chain", "prompt_file=/no/such/file.jsonl"], "prompt file not found"),
     (["tree=chain", "sampling.top_p=1.5"], "top_p"),
     (["tree=sequoia"], "needs a measured hardware profile"),
+    (["tree=chain", "prompt_file=/no/such/file.txt"], "prompt file not found"),
+    (["tree=chain", "prompt=   "], "prompt is empty"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message):
     result = run_cli(*TINY, *args, "max_new_tokens=4")
@@ -75,6 +78,45 @@ def test_bad_input_is_one_line_and_status_2(args, message):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["Write a function, with a docstring.", "a=b, c='d' [e] {f} ${g} \\h"])
+def test_any_prompt_text_is_accepted(text):
+    result = run_cli(*TINY, "tree=chain", "max_new_tokens=4", f"prompt={text}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_prompt_from_standard_input_and_from_a_text_file(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    piped = subprocess.run([sys.executable, "-m", "treespec.generate", *TINY, "tree=chain", "max_new_tokens=4",
+                            "prompt=-"], input="Hello, world: [1, 2]\n", capture_output=True, text=True, timeout=300,
+                           cwd=ROOT, env=env)
+    assert piped.returncode == 0, piped.stderr
+    question = tmp_path / "question.txt"
+    question.write_text("A question, with commas,\nover two lines.")
+    from_file = run_cli(*TINY, "tree=chain", "max_new_tokens=4", f"prompt_file={question}")
+    assert from_file.returncode == 0 and from_file.stdout.count("--- treespec report ---") == 1, from_file.stderr
+
+
+def test_take_prompt_keeps_the_text_verbatim():
+    from treespec.generate import take_prompt
+
+    rest, text = take_prompt(["tree=chain", "prompt=Write a function, with a docstring.", "seed=1"])
+    assert rest == ["tree=chain", "seed=1"] and text == "Write a function, with a docstring."
+    assert take_prompt(["prompt='quoted, text'"])[1] == "quoted, text"
+    assert take_prompt(["+prompt=x=y"])[1] == "x=y" and take_prompt(["seed=1"]) == (["seed=1"], None)
+
+
+def test_the_report_names_the_machine_and_the_profile_origin(tmp_path):
+    env = {"TREESPEC_CACHE": str(tmp_path)}
+    args = ["model=tiny", "tree=chain", "max_new_tokens=4", "hardware.repeats=1", "hardware.prefix_len=16"]
+    first, second = (run_cli(*args, env=env) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    rows, again = report(first.stdout), report(second.stdout)
+    assert rows["hardware profile"].startswith("measured now") and again["hardware profile"].startswith("cached from")
+    assert rows["device"].startswith("cpu") and rows["device"] == again["device"]
+    assert re.match(r"target float32 (standard|transposed), draft float32 (standard|transposed)$", rows["dtype, layout"])
+    assert rows["dtype, layout"] == again["dtype, layout"]
 
 
 def test_tokenizer_mismatch(tmp_path):

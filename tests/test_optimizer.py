@@ -1,4 +1,4 @@
-"""Sequoia's DP against brute force, expected tokens, validation, and the hardware-aware choice."""
+"""Sequoia's DP against brute force, expected tokens and validation (the hardware-aware choice: test_planner.py)."""
 
 from functools import cache
 
@@ -7,9 +7,7 @@ import pytest
 
 from treespec.errors import ConfigError
 from treespec.optimizer import (
-    choose_tree_size,
     expected_tokens,
-    interpolate_latency,
     node_probabilities,
     optimal_values,
     sequoia_tree,
@@ -119,27 +117,3 @@ def test_optimal_values_are_monotone():
 def test_bad_arguments(accept, budget, depth, message):
     with pytest.raises(ConfigError, match=message):
         sequoia_tree(accept, budget, depth)
-
-
-def test_hardware_aware_choice_picks_the_best_ratio():
-    accept = [0.7, 0.15, 0.05]
-    latency = {1: 1.0, 2: 1.56, 4: 1.67, 8: 1.88, 16: 2.16, 32: 2.98, 64: 4.4}
-    choice = choose_tree_size(accept, latency, 0.1, max_budget=32, max_depth=8)
-    brute = {}
-    for n in range(1, 33):
-        for d in range(1, min(n, 8) + 1):
-            brute[n, d] = optimal_values(accept, n, d)[-1] / (interpolate_latency(latency, n) + (d - 1) * 0.1)
-    best = max(brute.values())
-    assert choice.predicted_speedup == pytest.approx(best)
-    assert brute[choice.budget, choice.max_depth] == pytest.approx(best)
-    assert choice.expected_tokens == pytest.approx(optimal_values(accept, choice.budget, choice.max_depth)[-1])
-    # with free target passes and free drafting, bigger is better
-    flat = choose_tree_size(accept, {1: 1.0, 64: 1.0}, 0.0, max_budget=16, max_depth=16)
-    assert flat.budget == 16
-
-
-def test_latency_interpolation():
-    assert interpolate_latency({1: 1.0, 4: 2.5}, 2) == pytest.approx(1.5)
-    assert interpolate_latency({1: 1.0, 4: 2.5}, 8) == pytest.approx(4.5)
-    with pytest.raises(ConfigError):
-        interpolate_latency({}, 3)

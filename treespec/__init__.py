@@ -8,13 +8,15 @@ from treespec import draft_model as _draft_model  # noqa: F401  (registers the d
 from treespec import policies
 from treespec.engine import Generation, StepStats, autoregressive, generate
 from treespec.errors import ConfigError, MissingAssetError, TreespecError
-from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
+from treespec.optimizer import expected_tokens, sequoia_tree
+from treespec.planner import StepCosts, choose_tree_size, plan_tree
 from treespec.tree import TreeShape
 
 __all__ = [
     "ConfigError",
     "Generation",
     "MissingAssetError",
+    "StepCosts",
     "StepStats",
     "TreeShape",
     "TreespecError",
@@ -22,6 +24,7 @@ __all__ = [
     "choose_tree_size",
     "expected_tokens",
     "generate",
+    "plan_tree",
     "policies",
     "sequoia_tree",
 ]

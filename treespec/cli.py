@@ -37,8 +37,26 @@ def register(schemas: dict[str, type]) -> None:
         store.store(name=name, node=node)
 
 
+def _config_name(config_name: str, args: list[str]) -> tuple[str, list[str]]:
+    """The config Hydra will compose (`--config-name X`, `-cn X` or `--config-name=X` override the app's) and the
+    arguments without that flag."""
+    rest, index = [], 0
+    while index < len(args):
+        arg = args[index]
+        if arg in ("--config-name", "-cn") and index + 1 < len(args):
+            config_name, index = args[index + 1], index + 2
+            continue
+        if arg.startswith("--config-name="):
+            config_name = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        index += 1
+    return config_name, rest
+
+
 def _precheck(config_name: str, args: list[str]) -> None:
     """Compose the config once with the given overrides so that mistakes fail fast and briefly."""
+    config_name, args = _config_name(config_name, args)
     if any(a.startswith("-") for a in args):  # --help, --cfg, -m ... are Hydra's own business
         return
     try:
@@ -72,6 +90,24 @@ def run_app(task: Callable[[DictConfig], Any], config_name: str, schemas: dict[s
 def to_spec(cls: type, node: DictConfig) -> Any:
     """A config group node as its schema dataclass (interpolations resolved)."""
     return cls(**OmegaConf.to_container(node, resolve=True))
+
+
+def progress_bar(desc: str = "measuring this machine") -> Callable[[str, int, int], None]:
+    """A progress callback (what, done, total) drawing a tqdm bar on stderr; closes itself when done."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(what: str, done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=desc, unit="step", leave=False)
+        bar.set_postfix_str(what)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update
 
 
 def output_dir() -> Path:

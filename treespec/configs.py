@@ -14,9 +14,11 @@ import torch
 
 from treespec.data import Prompt, encode_prompt, load_prompts
 from treespec.errors import ConfigError, TreespecError
+from treespec.hardware import Progress, ResolvedHardware, auto_profile, named_profile
 from treespec.latency import LatencyProfile
-from treespec.models import check_pair, load_model, load_tokenizer, transpose_linear_storage
-from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
+from treespec.models import check_pair, load_model, load_tokenizer, set_linear_layout
+from treespec.optimizer import expected_tokens, sequoia_tree
+from treespec.planner import plan_tree
 from treespec.policies import CHILDREN_MODES, Dynamic, Static, TreePolicy
 from treespec.sampling import SamplingConfig
 from treespec.tree import TreeShape, chain, kary
@@ -66,18 +68,26 @@ class DataSpec:
     name: str = "mtbench"
     source: str = "mtbench"  # "mtbench", "humaneval" or a JSONL path
     limit: Optional[int] = None
+    skip: int = 0  # leave out the first `skip` prompts (after shuffling), e.g. those acceptance was measured on
     shuffle_seed: Optional[int] = None
     chat: Optional[bool] = None  # None: use the tokenizer's chat template when it has one
 
 
 @dataclass
 class HardwareSpec:
-    """A measured latency profile (experiments/profile_latency.py writes these)."""
+    """Where the planner's costs come from: `auto` (measured on this machine on first use, then cached; see
+    treespec.hardware), a named profile (experiments/profile_latency.py writes these), or `none`."""
 
-    name: str = "unmeasured"
+    name: str = "auto"
     target_ms: dict[int, float] = field(default_factory=dict)
     draft_ms: float = 0.0
+    draft_width_ms: dict[int, float] = field(default_factory=dict)
+    overhead_ms: float = 0.0
+    baseline_overhead_ms: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
+    remeasure: bool = False  # auto: measure again even when a cached profile matches
+    repeats: int = 5  # auto: timed rounds per configuration
+    prefix_len: int = 400  # auto: tokens in the KV cache under the timed passes
 
 
 def sampling_config(spec: SamplingSpec) -> SamplingConfig:
@@ -94,10 +104,24 @@ def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig) -
 
 
 def latency_profile(spec: HardwareSpec) -> Optional[LatencyProfile]:
+    """The profile a named HardwareSpec holds (None for `auto`, which is measured, and `none`)."""
     if not spec.target_ms:
         return None
     return LatencyProfile.from_dict({"target_ms": dict(spec.target_ms), "draft_ms": spec.draft_ms,
-                                     "settings": dict(spec.settings)})
+                                     "draft_width_ms": dict(spec.draft_width_ms), "overhead_ms": spec.overhead_ms,
+                                     "baseline_overhead_ms": spec.baseline_overhead_ms, "settings": dict(spec.settings)})
+
+
+def needs_hardware(tree: TreeSpec) -> bool:
+    """Whether building this tree needs a latency profile (a Sequoia tree with budget or depth left open)."""
+    return tree.policy == "sequoia" and (tree.budget is None or tree.max_depth is None)
+
+
+def check_hardware(tree: TreeSpec, spec: HardwareSpec) -> None:
+    """Fail before any model is loaded when the tree needs a profile and none will be there."""
+    if needs_hardware(tree) and spec.name != "auto" and latency_profile(spec) is None:
+        raise ConfigError("tree=sequoia without tree.budget and tree.max_depth needs a measured hardware profile "
+                          "(hardware=auto, the default, or hardware=<name>)")
 
 
 @dataclass(frozen=True)
@@ -110,32 +134,37 @@ class PolicyChoice:
 
 def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Optional[LatencyProfile],
                  hardware_name: str = "") -> PolicyChoice:
-    """Turn a TreeSpec into a policy; Sequoia without budget/depth uses the hardware-aware choice."""
+    """Turn a TreeSpec into a policy. A Sequoia tree keeps the budget and depth limit the user set and leaves the
+    rest to the hardware-aware planner (treespec.planner.plan_tree); `info` says which values were given and
+    which chosen, and, with a profile, the predicted tokens per pass and speedup."""
     if tree.policy not in POLICIES:
         raise ConfigError(f"tree.policy must be one of {POLICIES}, got '{tree.policy}'")
     if tree.children not in CHILDREN_MODES:
         raise ConfigError(f"tree.children must be one of {CHILDREN_MODES}, got '{tree.children}'")
     info: dict[str, Any] = {"policy": tree.policy}
+    costs = hardware.step_costs() if hardware is not None else None
     if tree.policy == "dynamic":
         if tree.budget is None or tree.max_depth is None:
             raise ConfigError("tree=dynamic needs tree.budget and tree.max_depth")
         info.update(budget=tree.budget, depth=tree.max_depth, topk=tree.topk)
+        if hardware is not None:
+            info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))
         return PolicyChoice(Dynamic(tree.budget, tree.max_depth, tree.topk), info)
     if tree.policy == "sequoia":
         if acceptance is None:
             raise ConfigError("tree=sequoia needs an acceptance vector: set tree.acceptance=[...] or use a model "
                               "config with measured acceptance (experiments/measure_acceptance.py)")
-        if tree.budget is None or tree.max_depth is None:
-            if hardware is None:
+        if needs_hardware(tree):
+            if costs is None:
                 raise ConfigError("tree=sequoia without tree.budget and tree.max_depth needs a measured hardware "
-                                  "profile (hardware=...) for the hardware-aware choice")
-            choice = choose_tree_size(acceptance, hardware.relative_latency, hardware.draft_cost,
-                                      max_budget=tree.budget or tree.max_budget,
-                                      max_depth=tree.max_depth or min(16, tree.max_budget))
-            shape = sequoia_tree(acceptance, choice.budget, choice.max_depth)
-            info.update(hardware_aware=True, predicted_speedup=round(choice.predicted_speedup, 4))
+                                  "profile (hardware=auto, the default, or hardware=<name>)")
+            plan = plan_tree(acceptance, costs, budget=tree.budget, max_depth=tree.max_depth,
+                             max_budget=tree.max_budget, max_depth_limit=min(12, tree.max_budget))
+            shape = plan.tree
+            info.update(hardware_aware=True, given=plan.describe()["given"], chosen=plan.describe()["chosen"])
         else:
             shape = sequoia_tree(acceptance, tree.budget, tree.max_depth)
+            info.update(given={"budget": tree.budget, "max_depth": tree.max_depth}, chosen=[])
     elif tree.policy == "file":
         if not tree.file:
             raise ConfigError("tree=file needs tree.file=<tree YAML>")
@@ -151,9 +180,11 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
     info.update(budget=shape.size, depth=shape.levels, children=tree.children)
     if acceptance is not None:
         info.update(acceptance=np.round(np.asarray(acceptance, dtype=float), 5).tolist(),
-                    predicted_accepted=round(expected_tokens(shape, acceptance), 4))
-    if hardware is not None:
+                    predicted_accepted=round(expected_tokens(shape, acceptance), 4) if shape.size > 1 else 1.0)
+    if costs is not None:
         info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))
+        if acceptance is not None or shape.size == 1:
+            info.update(predicted_speedup=round(costs.speedup(shape, acceptance if acceptance is not None else [0.0]), 4))
     return PolicyChoice(Static(shape, tree.children, name=tree.policy), info)
 
 
@@ -185,30 +216,50 @@ class LoadedPair:
     target: Any
     draft: Any  # None when no draft was asked for
     tokenizer: Any
+    hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
-              attn_implementation: str = "sdpa", fast_cpu_layout: bool = True) -> LoadedPair:
-    """Target, optional draft and the target's tokenizer, checked to fit together.
-
-    On a CPU, `fast_cpu_layout` stores linear weights transposed (`models.transpose_linear_storage`): measured
-    on the default target, 10-16% faster passes for 4-32 tokens and 3% for 1 token, same values up to rounding.
-    """
+              attn_implementation: str = "sdpa", layout: str = "standard") -> LoadedPair:
+    """Target, optional draft and the target's tokenizer, checked to fit together. dtype "auto" loads fp32 (the
+    choice is `resolve_hardware`'s); layout "auto" loads the standard layout (likewise)."""
     tokenizer = load_tokenizer(target)
-    target_model = load_model(target, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    load_dtype = "float32" if dtype == "auto" else dtype
+    target_model = load_model(target, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
     draft_model = None
     if draft:
         check_tokenizers(target, draft, tokenizer)
-        draft_model = load_model(draft, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
-    if fast_cpu_layout and device.type == "cpu":
+    if layout != "auto":
         for model in (target_model, draft_model):
             if model is not None:
-                transpose_linear_storage(model)
+                set_linear_layout(model, layout)
     return LoadedPair(target_model, draft_model, tokenizer)
+
+
+def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "float32", layout: str = "auto",
+                     acceptance=None, progress: Optional[Progress] = None, settings: Optional[dict] = None) -> LoadedPair:
+    """The pair in the dtype and layout its profile chose, with that profile: measured or cached for `auto`
+    (treespec.hardware.auto_profile), as named otherwise. `acceptance` lets the target's configuration be
+    chosen by planned tokens per second."""
+    if spec.name == "auto":
+        target, draft, resolved = auto_profile(pair.target, pair.draft, dtype=dtype, layout=layout,
+                                               acceptance=acceptance, remeasure=spec.remeasure, repeats=spec.repeats,
+                                               prefix_len=spec.prefix_len, settings=settings, progress=progress)
+    else:
+        if dtype == "auto":
+            raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")
+        target, draft, resolved = named_profile(pair.target, pair.draft, latency_profile(spec), spec.name, layout=layout)
+    return LoadedPair(target, draft, pair.tokenizer, resolved)
 
 
 def load_data(spec: DataSpec, tokenizer) -> list[tuple[Prompt, list[int]]]:
     """The prompt set of a DataSpec, each prompt with its token ids (chat template applied as configured)."""
-    prompts = load_prompts(spec.source, limit=spec.limit, shuffle_seed=spec.shuffle_seed)
+    if spec.skip < 0:
+        raise ConfigError(f"data.skip must be >= 0, got {spec.skip}")
+    prompts = load_prompts(spec.source, limit=None if spec.skip else spec.limit, shuffle_seed=spec.shuffle_seed)
+    prompts = prompts[spec.skip:][: spec.limit]
+    if not prompts:
+        raise ConfigError(f"no prompts left in {spec.source} after skipping {spec.skip}")
     return [(p, encode_prompt(tokenizer, p.text, chat=spec.chat)) for p in prompts]

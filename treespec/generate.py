@@ -1,12 +1,15 @@
 """`python -m treespec.generate`: decode a prompt with tree speculation, streaming the answer, then report.
 
-    python -m treespec.generate prompt="Write a haiku about rain." max_new_tokens=200
-    python -m treespec.generate tree=sequoia tree.budget=16 tree.max_depth=6 compare=true
+    python -m treespec.generate prompt="Write a function, with a docstring." max_new_tokens=200
+    echo "Any text: commas, quotes, [brackets]" | python -m treespec.generate prompt=-
+    python -m treespec.generate prompt_file=question.txt          # a text file is one prompt; .jsonl: one per line
+    python -m treespec.generate tree=sequoia tree.budget=16 compare=true
     python -m treespec.generate tree=dynamic sampling=t0.7 seed=1
-    python -m treespec.generate target=<name or dir> draft=<name or dir> prompt_file=prompts.jsonl
     python -m treespec.generate --help
 
-Configuration: conf/generate.yaml and the groups model/, tree/, sampling/, hardware/.
+`prompt=` takes the rest of its argument verbatim (it is taken off the command line before Hydra reads it,
+so commas, quotes, brackets and `$` are text). Configuration: conf/generate.yaml and the groups model/,
+tree/, sampling/, hardware/ (default `auto`: a profile measured on this machine, see treespec.hardware).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -28,14 +32,16 @@ from treespec.configs import (
     TreeSpec,
     acceptance_for,
     build_policy,
-    latency_profile,
+    check_hardware,
     load_pair,
     resolve_device,
+    resolve_hardware,
     sampling_config,
 )
 from treespec.data import encode_prompt, load_prompts
 from treespec.engine import Generation, autoregressive, generate
 from treespec.errors import ConfigError
+from treespec.hardware import ResolvedHardware
 
 
 @dataclass
@@ -47,12 +53,13 @@ class GenerateSchema:
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
     prompt: str = "Explain in three sentences why the sky is blue."
-    prompt_file: Optional[str] = None  # a JSONL file with a "prompt" field per line
+    prompt_file: Optional[str] = None  # a .jsonl file (a "prompt" field per line) or a text file (one prompt)
     max_new_tokens: int = 128
     seed: int = 0
     compare: bool = False  # also decode with the target alone and report the speedup
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (measured: fp32 or bf16 per model)
+    layout: str = "auto"  # auto (measured) | standard | transposed: how linear weights are stored on a CPU
     chat: Optional[bool] = None  # None: apply the chat template when the tokenizer has one
     stream: bool = True
 
@@ -84,12 +91,38 @@ def _report(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
 
 
+_COMMAND_LINE_PROMPT: Optional[str] = None  # prompt=<text> taken off the command line by `take_prompt`
+
+
+def take_prompt(argv: list[str]) -> tuple[list[str], Optional[str]]:
+    """Remove `prompt=<text>` from the arguments and return (the rest, the text verbatim). Hydra's override
+    grammar would read commas, quotes and brackets in it; one pair of surrounding quotes is dropped."""
+    rest, text = [], None
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+~") == "prompt":
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            text = value
+        else:
+            rest.append(arg)
+    return rest, text
+
+
 def _prompt_texts(cfg: DictConfig) -> list[str]:
     if cfg.prompt_file:
-        return [p.text for p in load_prompts(cfg.prompt_file)]
-    if not str(cfg.prompt).strip():
-        raise ConfigError("prompt is empty: pass prompt=\"...\" or prompt_file=<jsonl>")
-    return [str(cfg.prompt)]
+        path = Path(str(cfg.prompt_file)).expanduser()
+        if path.suffix == ".jsonl":
+            return [p.text for p in load_prompts(path)]
+        if not path.is_file():
+            raise ConfigError(f"prompt file not found: {path}")
+        return [path.read_text()]
+    text = _COMMAND_LINE_PROMPT if _COMMAND_LINE_PROMPT is not None else str(cfg.prompt)
+    if text == "-":
+        text = sys.stdin.read()
+    if not text.strip():
+        raise ConfigError('prompt is empty: pass prompt="...", prompt=- (standard input) or prompt_file=<file>')
+    return [text]
 
 
 def run(cfg: DictConfig) -> None:
@@ -98,16 +131,21 @@ def run(cfg: DictConfig) -> None:
     tree_spec = TreeSpec(**OmegaConf.to_container(cfg.tree, resolve=True))
     hardware_spec = HardwareSpec(**OmegaConf.to_container(cfg.hardware, resolve=True))
     acceptance = acceptance_for(model_spec, tree_spec, sampling)
-    choice = build_policy(tree_spec, acceptance, latency_profile(hardware_spec), hardware_spec.name)
+    check_hardware(tree_spec, hardware_spec)
     texts = _prompt_texts(cfg)
     device = resolve_device(cfg.device)
 
     needs_draft = tree_spec.policy != "autoregressive"
     if needs_draft and not cfg.draft:
         raise ConfigError(f"tree={tree_spec.policy} needs a draft model: set draft=<name or dir>")
-    print(f"loading target {cfg.target} and draft {cfg.draft} ...", file=sys.stderr, flush=True)
+    print(f"loading target {cfg.target}" + (f" and draft {cfg.draft}" if needs_draft else "") + " ...",
+          file=sys.stderr, flush=True)
     pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=device, dtype=cfg.dtype,
-                     attn_implementation=model_spec.attn_implementation)
+                     attn_implementation=model_spec.attn_implementation, layout=cfg.layout)
+    pair = resolve_hardware(hardware_spec, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
+                            progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
+    hardware = pair.hardware
+    choice = build_policy(tree_spec, acceptance, hardware.profile, hardware.name)
     target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
 
     for index, text in enumerate(texts):
@@ -122,6 +160,10 @@ def run(cfg: DictConfig) -> None:
 
         kwargs: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, temperature=sampling.temperature,
                                       top_p=sampling.top_p, top_k=sampling.top_k, seed=cfg.seed)
+        if cfg.compare and index == 0:  # warm both paths up so that neither pays first-call costs in the timing
+            warm = dict(kwargs, max_new_tokens=min(8, cfg.max_new_tokens))
+            generate(target, draft, prompt, tree=choice.policy, **warm)
+            autoregressive(target, prompt, **warm)
         start = time.perf_counter()
         out = generate(target, draft, prompt, tree=choice.policy, streamer=stream, **kwargs)
         wall = time.perf_counter() - start
@@ -129,14 +171,16 @@ def run(cfg: DictConfig) -> None:
             print(decoder.flush(), flush=True)
         else:
             print(tokenizer.decode(out.tokens, skip_special_tokens=True), flush=True)
-        rows = _rows(out, wall, choice.info, model_spec, hardware_spec, sampling.greedy, cfg)
+        rows = _rows(out, wall, choice.info, model_spec, hardware, sampling.greedy, cfg)
         identical = True
         if cfg.compare:
             base = autoregressive(target, prompt, **kwargs)
             identical = base.tokens == out.tokens
+            predicted = choice.info.get("predicted_speedup")
             rows += [("autoregressive", f"{base.tokens_per_second:.2f} tokens/s ({len(base.tokens)} tokens, "
                                         f"{base.seconds:.2f} s)"),
-                     ("speedup", f"{out.tokens_per_second / base.tokens_per_second:.2f}x")]
+                     ("speedup", f"{out.tokens_per_second / base.tokens_per_second:.2f}x"
+                                 + (f" (predicted {predicted:.2f}x)" if predicted else ""))]
             if sampling.greedy:
                 rows.append(("outputs identical", "yes" if identical else "NO"))
         print("--- treespec report ---\n" + _report(rows), flush=True)
@@ -145,7 +189,7 @@ def run(cfg: DictConfig) -> None:
             sys.exit(1)
 
 
-def _rows(out: Generation, wall: float, info: dict, model: ModelSpec, hardware: HardwareSpec, greedy: bool,
+def _rows(out: Generation, wall: float, info: dict, model: ModelSpec, hardware: ResolvedHardware, greedy: bool,
           cfg: DictConfig) -> list[tuple[str, str]]:
     predicted = info.get("predicted_accepted")
     rows = [
@@ -158,18 +202,30 @@ def _rows(out: Generation, wall: float, info: dict, model: ModelSpec, hardware: 
     ]
     tree = f"{info['policy']}, budget {info.get('budget')}, depth {info.get('depth')}"
     if info.get("hardware_aware"):
-        tree += f" (hardware-aware choice, predicted speedup {info['predicted_speedup']:.2f}x)"
+        given = ", ".join(f"{k} {v}" for k, v in info.get("given", {}).items()) or "nothing"
+        tree += f" (given: {given}; chosen by the planner: {', '.join(info.get('chosen', []))})"
+    if info.get("predicted_speedup"):
+        tree += f", predicted speedup {info['predicted_speedup']:.2f}x"
     rows.append(("tree", tree))
     if "acceptance" in info:
         source = "tree.acceptance" if cfg.tree.acceptance else f"model {model.name}, {'greedy' if greedy else 'sampled'}"
         rows.append(("acceptance", f"{info['acceptance']} ({source})"))
-    if "hardware" in info:
-        rows.append(("hardware profile", f"{hardware.name} (c = {info['draft_cost']:.3f})"))
+    rows.append(("device", hardware.device))
+    models = f"target {hardware.target_dtype} {hardware.target_layout}"
+    if hardware.draft_dtype:
+        models += f", draft {hardware.draft_dtype} {hardware.draft_layout}"
+    rows.append(("dtype, layout", models))
+    profile = hardware.origin
+    if hardware.profile is not None:
+        profile += f"; c = {hardware.profile.draft_cost:.3f}"
+    rows.append(("hardware profile", profile))
     return rows
 
 
 def main() -> None:
+    global _COMMAND_LINE_PROMPT
     torch.set_grad_enabled(False)
+    sys.argv[1:], _COMMAND_LINE_PROMPT = take_prompt(sys.argv[1:])
     cli.run_app(run, "generate", {"generate_schema": GenerateSchema})
 
 

@@ -1,9 +1,10 @@
-"""Measure t(n) and c on this hardware, and store them as a profile for the hardware-aware optimizer.
+"""Measure what a decoding step costs on this hardware, and store it as a profile for the planner.
 
 t(n) = time of one target pass over n tree tokens (on a cache of `prefix_len` tokens, the engine's tree
-mask) / time of a 1-token pass;  c = time of one draft step (one token, the drafter's call) / time of a
-1-token target pass. Measurements are interleaved (every repeat times every size once) and summarised by
-medians, because timings on shared machines drift.
+mask) / time of a 1-token pass;  c(w) = time of one draft level expanding w nodes (the drafter's own call)
+/ time of a 1-token target pass; and the engine's fixed work per step (verification, commit, Python), for a
+speculative step and for an autoregressive one. Measurements are interleaved (every repeat times every
+size once) and summarised by medians, because timings on shared machines drift.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,21 @@ from treespec.draft import Drafter
 from treespec.engine import make_drafter
 from treespec.errors import ConfigError
 from treespec.mask import flatten
+from treespec.optimizer import level_widths
+from treespec.planner import StepCosts
+from treespec.tree import TreeShape, chain
+
+DRAFT_WIDTHS = (1, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
 class LatencyProfile:
     target_ms: dict[int, float]  # median ms of a target pass over n tree tokens
-    draft_ms: float  # median ms of one draft step (0 when no draft was measured)
-    settings: dict[str, Any] = field(default_factory=dict)  # device, dtype, prefix_len, repeats, model names
+    draft_ms: float  # median ms of one draft level of one node (0 when no draft was measured)
+    settings: dict[str, Any] = field(default_factory=dict)  # device, dtype, layout, prefix_len, repeats, models
+    draft_width_ms: dict[int, float] = field(default_factory=dict)  # median ms of one draft level of w nodes
+    overhead_ms: float = 0.0  # engine work per speculative step outside the target pass and draft forwards
+    baseline_overhead_ms: float = 0.0  # engine work per autoregressive step outside the target pass
 
     @property
     def relative_latency(self) -> dict[int, float]:
@@ -40,14 +49,29 @@ class LatencyProfile:
 
     @property
     def draft_cost(self) -> float:
-        """c: one draft step / one 1-token target pass."""
+        """c = c(1): one draft level of one node / one 1-token target pass."""
         return self.draft_ms / self.target_ms[1]
+
+    @property
+    def draft_costs(self) -> dict[int, float]:
+        """c(w) for every measured width (just c(1) for profiles measured before widths were)."""
+        widths = self.draft_width_ms or {1: self.draft_ms}
+        return {w: ms / self.target_ms[1] for w, ms in sorted(widths.items())}
+
+    def step_costs(self) -> StepCosts:
+        """The planner's view of this profile: t(n), c(w) and overheads relative to the 1-token pass."""
+        base = self.target_ms[1]
+        return StepCosts(self.relative_latency, self.draft_costs, self.overhead_ms / base, self.baseline_overhead_ms / base)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["target_ms"] = {int(k): round(v, 4) for k, v in self.target_ms.items()}
+        data["draft_width_ms"] = {int(k): round(v, 4) for k, v in self.draft_width_ms.items()}
         data["relative_latency"] = {int(k): round(v, 4) for k, v in self.relative_latency.items()}
         data["draft_cost"] = round(self.draft_cost, 5)
+        data["draft_costs"] = {int(k): round(v, 5) for k, v in self.draft_costs.items()}
+        for key in ("draft_ms", "overhead_ms", "baseline_overhead_ms"):
+            data[key] = round(data[key], 4)
         return data
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -62,7 +86,9 @@ class LatencyProfile:
             target_ms = {int(k): float(v) for k, v in data["target_ms"].items()}
             if 1 not in target_ms:
                 raise KeyError("target_ms[1]")
-            return cls(target_ms, float(data.get("draft_ms", 0.0)), dict(data.get("settings") or {}))
+            widths = {int(k): float(v) for k, v in (data.get("draft_width_ms") or {}).items()}
+            return cls(target_ms, float(data.get("draft_ms", 0.0)), dict(data.get("settings") or {}), widths,
+                       float(data.get("overhead_ms", 0.0)), float(data.get("baseline_overhead_ms", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ConfigError(f"not a latency profile (needs target_ms with n = 1, and draft_ms): {err}") from err
 
@@ -102,13 +128,15 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     return elapsed
 
 
-def _timed_draft_step(drafter: Drafter, prefix: list[int], device: torch.device) -> float:
-    """Seconds for one draft level of one node (the engine's own drafting call) after a fresh prefill."""
+def _timed_draft_level(drafter: Drafter, prefix: list[int], width: int, device: torch.device) -> float:
+    """Seconds for one draft level expanding `width` nodes (children of the root, the engine's own drafting
+    call) after a fresh prefill."""
     drafter.reset(prefix)
     drafter.root_logits(prefix[-1])
+    nodes = list(range(1, width + 1))
     _synchronise(device)
     start = time.perf_counter()
-    drafter.node_logits([1], [prefix[0]], [0])
+    drafter.node_logits(nodes, [prefix[i % len(prefix)] for i in range(width)], [0] * width)
     _synchronise(device)
     return time.perf_counter() - start
 
@@ -119,47 +147,87 @@ def measure_latency(
     draft: PreTrainedModel | None,
     *,
     sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    draft_widths: Sequence[int] = DRAFT_WIDTHS,
     prefix_len: int = 400,
     repeats: int = 7,
     warmup: int = 2,
     seed: int = 0,
+    overheads: bool = False,
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LatencyProfile:
-    """Median pass times of the target over each tree size, and of one draft step, interleaved.
+    """Median pass times of the target over each tree size and of a draft level of each width, interleaved;
+    with `overheads`, also the engine's per-step work (`measure_overheads`).
 
-    The draft step is timed through the engine's drafter (so an EAGLE head is timed as it drafts, mask
-    building included) as one tree level of one node on top of a prefix_len prefix.
+    A draft level is timed through the engine's drafter (so an EAGLE head is timed as it drafts, mask
+    building included) on top of a prefix_len prefix. `progress(round)` is called after every round.
     """
     sizes = sorted({int(n) for n in sizes} | {1})
-    if sizes[0] < 1 or prefix_len < 1 or repeats < 1:
-        raise ConfigError("sizes, prefix_len and repeats must be >= 1")
+    widths = sorted({int(w) for w in draft_widths} | {1}) if draft is not None else []
+    if sizes[0] < 1 or prefix_len < 1 or repeats < 1 or (widths and widths[0] < 1):
+        raise ConfigError("sizes, draft widths, prefix_len and repeats must be >= 1")
     generator = torch.Generator().manual_seed(seed)
-    max_len = prefix_len + max(sizes)
+    max_len = prefix_len + max(sizes + widths) + 2
     target_cache = _prefilled_cache(target, prefix_len, max_len, generator)
     drafter = make_drafter(draft, target, max_len) if draft is not None else None
     vocab = target.config.get_text_config().vocab_size
     draft_prefix = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
     device = next(target.parameters()).device
     samples: dict[int, list[float]] = {n: [] for n in sizes}
-    draft_samples: list[float] = []
+    draft_samples: dict[int, list[float]] = {w: [] for w in widths}
     for rep in range(warmup + repeats):
         for n in sizes:
             elapsed = _timed_pass(target, target_cache, prefix_len, n, generator)
             if rep >= warmup:
                 samples[n].append(elapsed)
-        if drafter is not None:
-            elapsed = _timed_draft_step(drafter, draft_prefix, device)
+        for w in widths:
+            elapsed = _timed_draft_level(drafter, draft_prefix, w, device)
             if rep >= warmup:
-                draft_samples.append(elapsed)
+                draft_samples[w].append(elapsed)
         if progress is not None:
             progress(rep)
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
             "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
+    if draft is not None:
+        info.setdefault("draft_dtype", str(next(draft.parameters()).dtype).replace("torch.", ""))
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
-    return LatencyProfile(
-        {n: 1000 * statistics.median(v) for n, v in samples.items()},
-        1000 * statistics.median(draft_samples) if draft_samples else 0.0,
-        info,
-    )
+    width_ms = {w: 1000 * statistics.median(v) for w, v in draft_samples.items()}
+    profile = LatencyProfile({n: 1000 * statistics.median(v) for n, v in samples.items()}, width_ms.get(1, 0.0), info,
+                             width_ms)
+    if overheads:
+        overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, seed=seed)
+        profile = replace(profile, overhead_ms=overhead, baseline_overhead_ms=baseline)
+    return profile
+
+
+@torch.inference_mode()
+def measure_overheads(target: PreTrainedModel, draft: PreTrainedModel | None, profile: LatencyProfile, *,
+                      prefix_len: int = 400, steps: int = 12, seed: int = 0) -> tuple[float, float]:
+    """(o, o_1) in ms: the engine's own work per step, as its decode loop's mean step time minus the pass
+    times `profile` predicts for that step: a chain of 2 with the draft (speculative) and autoregressive.
+    Random prompts make acceptance rare, so every speculative step drafts the whole chain."""
+    from treespec.engine import generate  # the engine imports this module's users; keep the import local
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    vocab = target.config.get_text_config().vocab_size
+    prompt = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
+
+    def mean_step_ms(tree) -> float:
+        generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=3)  # warm-up
+        out = generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=steps)
+        return 1000 * (out.seconds - out.prefill_s) / out.target_passes
+
+    baseline = max(0.0, mean_step_ms(None) - profile.target_ms[1])
+    if draft is None:
+        return 0.0, baseline
+    shape = chain(2)
+    predicted = planner_pass_ms(profile, shape)
+    return max(0.0, mean_step_ms(shape) - predicted), baseline
+
+
+def planner_pass_ms(profile: LatencyProfile, tree: TreeShape) -> float:
+    """Target pass plus draft forwards of one step drafting `tree`, in ms, as the profile predicts them."""
+    costs = profile.step_costs()
+    base = profile.target_ms[1]
+    return base * (costs.target_cost(tree.size) + sum(costs.draft_cost(w) for w in level_widths(tree)))

@@ -227,9 +227,7 @@ def load_model(
     attn_implementation: str | None = "sdpa",
 ) -> PreTrainedModel:
     """A causal LM in eval mode on `device`, by built-in name, local path or cached hub id."""
-    if isinstance(dtype, str):
-        dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-                 "float16": torch.float16, "fp16": torch.float16}.get(dtype) or _bad_dtype(dtype)
+    dtype = to_dtype(dtype)
     if str(name_or_path) in RANDOM_MODELS:
         model = _random_model(str(name_or_path), dtype, device)
         if attn_implementation:
@@ -246,6 +244,23 @@ def load_model(
 
 def _bad_dtype(dtype: str):
     raise ConfigError(f"unknown dtype '{dtype}'; use float32, bfloat16 or float16")
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def to_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A torch dtype from a name (float32/fp32, bfloat16/bf16, float16/fp16) or a dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return _DTYPES.get(str(dtype)) or _bad_dtype(str(dtype))
+
+
+def dtype_name(model_or_dtype: torch.nn.Module | torch.dtype) -> str:
+    """'float32', 'bfloat16', ...: a model's parameter dtype, or a dtype's name."""
+    dtype = model_or_dtype if isinstance(model_or_dtype, torch.dtype) else next(model_or_dtype.parameters()).dtype
+    return str(dtype).replace("torch.", "")
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel) -> None:
@@ -269,4 +284,34 @@ def transpose_linear_storage(model: torch.nn.Module) -> torch.nn.Module:
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and module.weight.is_contiguous():
             module.weight.data = module.weight.data.t().contiguous().t()
+    return model
+
+
+LAYOUTS = ("standard", "transposed")
+
+
+def _linears(model: torch.nn.Module):
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def linear_layout(model: torch.nn.Module) -> str:
+    """'transposed' when the model's linear weights are stored transposed (see `transpose_linear_storage`),
+    else 'standard'."""
+    linears = _linears(model)
+    if linears and all(m.weight.dim() == 2 and m.weight.t().is_contiguous() and not m.weight.is_contiguous()
+                       for m in linears):
+        return "transposed"
+    return "standard"
+
+
+def set_linear_layout(model: torch.nn.Module, layout: str) -> torch.nn.Module:
+    """Store every nn.Linear weight in `layout` ('standard' = contiguous [out, in], 'transposed' = the transpose
+    of a contiguous [in, out]); values unchanged. Which one is faster depends on the CPU's GEMM kernels: measure."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"layout must be one of {LAYOUTS}, got '{layout}'")
+    if layout == "transposed":
+        return transpose_linear_storage(model)
+    for module in _linears(model):
+        if not module.weight.is_contiguous():
+            module.weight.data = module.weight.data.contiguous()
     return model

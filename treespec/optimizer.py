@@ -141,54 +141,111 @@ def sequoia_tree(accept: Sequence[float] | np.ndarray, budget: int, max_depth: i
     return TreeShape.from_paths(paths, provenance)
 
 
+def level_widths(tree: TreeShape) -> tuple[int, ...]:
+    """Nodes expanded by each draft level: w_l = nodes at depth l that have children, l = 0 .. levels-2."""
+    return tuple(sum(1 for v in nodes if tree.children[v]) for nodes in tree.level_nodes[:-1])
+
+
 @dataclass(frozen=True)
-class HardwareChoice:
-    """The (budget, depth) maximising predicted speedup G(n, d) / (t(n) + (d - 1) * c)."""
+class _InternalTables:
+    """Best G by (nodes, levels left, depth row, internal nodes): the DP behind width-aware planning."""
 
-    budget: int
-    max_depth: int
-    expected_tokens: float
-    predicted_speedup: float
-    table: dict[tuple[int, int], float]  # (budget, depth) -> predicted speedup
-
-
-def interpolate_latency(relative_latency: Mapping[int, float], n: int) -> float:
-    """t(n) from measured points (n -> pass time / 1-token pass time), linear between them."""
-    points = sorted((int(k), float(v)) for k, v in relative_latency.items())
-    if not points:
-        raise ConfigError("the latency profile has no measured points")
-    sizes = np.array([p[0] for p in points], dtype=np.float64)
-    times = np.array([p[1] for p in points], dtype=np.float64)
-    if n > sizes[-1]:
-        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]) if len(points) > 1 else 0.0
-        return float(times[-1] + slope * (n - sizes[-1]))
-    return float(np.interp(n, sizes, times))
+    best: np.ndarray  # [N+1, L+1, R, I+1] Best[n, r, a, i]: n nodes, at most r levels, root at depth a (clamped)
+    best_b: np.ndarray  # [N+1, L+1, R, I+1] children of the subtree's root
+    split_m: np.ndarray  # [N+1, L+1, R, K+1, I+1] nodes of the b-th child's subtree
+    split_j: np.ndarray  # [N+1, L+1, R, K+1, I+1] internal nodes of the b-th child's subtree
+    rows: int  # R: root depths 0..R-2 exactly, R-1 stands for every deeper one (they share the last row)
 
 
-def choose_tree_size(
-    accept: Sequence[float] | np.ndarray,
-    relative_latency: Mapping[int, float],
-    draft_cost: float,
-    *,
-    max_budget: int = 64,
-    max_depth: int = 12,
-) -> HardwareChoice:
-    """Search budgets 1..max_budget and depth limits 1..max_depth for the best predicted speedup.
+def _solve_internal(matrix: np.ndarray, budget: int, levels: int, max_internal: int) -> _InternalTables:
+    """Sequoia's DP with one more index, the number of internal nodes (nodes with children, root included),
+    solved for every depth limit at once (r = levels left; a = the subtree root's depth, clamped to the
+    acceptance matrix's last row, past which all depths behave alike):
+        T[n, r, a, b, i] = max_{m, j} T[n-m, r, a, b-1, i-j-[b=1]] + P[a+1, b] * Best[m, r-1, a+1, j]
+    Ranks whose P is 0 at every depth are left out (they add cost and no expected tokens)."""
+    ranks = int(np.max(np.nonzero(matrix.max(axis=0) > 0)[0], initial=-1)) + 1
+    ranks = max(1, min(ranks, budget - 1)) if budget > 1 else 0
+    if matrix.shape[1] < ranks:
+        matrix = np.pad(matrix, ((0, 0), (0, ranks - matrix.shape[1])))
+    n_max, i_max, rows, neg = budget, max_internal, matrix.shape[0], -np.inf
+    best = np.full((n_max + 1, levels + 1, rows, i_max + 1), neg)
+    best[1, 1:, :, 0] = 1.0  # a single node fits every depth limit
+    best_b = np.zeros(best.shape, dtype=np.int64)
+    split_m = np.zeros((n_max + 1, levels + 1, rows, ranks + 1, i_max + 1), dtype=np.int64)
+    split_j = np.zeros_like(split_m)
+    n_idx = np.arange(n_max + 1)[:, None, None, None]  # axes [n, i, m, j]: (m, j) flatten for the argmax
+    i_idx = np.arange(i_max + 1)[None, :, None, None]
+    m_idx = np.arange(n_max + 1)[None, None, :, None]
+    j_idx = np.arange(i_max + 1)[None, None, None, :]
+    gathers = []  # per b: (valid [n, i, m, j], rows n - m, internal counts left)
+    for b in range(1, ranks + 1):
+        rest_i = i_idx - j_idx - (1 if b == 1 else 0)  # internal nodes left for the root and first b-1 subtrees
+        valid = (m_idx >= 1) & (m_idx < n_idx) & (rest_i >= 0)
+        gathers.append((valid, np.where(valid, n_idx - m_idx, 0), np.where(valid, rest_i, 0)))
+    for r in range(2, levels + 1):
+        for a in range(rows):
+            row = _row(matrix, a + 1)
+            child = best[:, r - 1, min(a + 1, rows - 1), :]  # [m, j]
+            finite = np.isfinite(child)
+            table = np.full((n_max + 1, ranks + 1, i_max + 1), neg)  # T[n, b, i]
+            table[1, 0, 0] = 1.0
+            for b, (valid, rest_n, rest_i) in enumerate(gathers, start=1):
+                gain = np.where(finite, row[b - 1] * np.where(finite, child, 0.0), neg)  # [m, j]
+                values = np.where(valid, table[rest_n, b - 1, rest_i] + gain, neg)  # [n, i, m, j]
+                values = values.reshape(n_max + 1, i_max + 1, -1)  # [n, i, m * j]
+                flat = values.argmax(axis=2)
+                table[:, b, :] = np.take_along_axis(values, flat[..., None], axis=2)[..., 0]
+                split_m[:, r, a, b, :], split_j[:, r, a, b, :] = np.divmod(flat, i_max + 1)
+            best[:, r, a, :] = table.max(axis=1)
+            best_b[:, r, a, :] = table.argmax(axis=1)
+    return _InternalTables(best, best_b, split_m, split_j, rows)
 
-    `relative_latency` maps n to t(n) (target pass over n tree tokens / 1-token pass); `draft_cost` is c,
-    one draft step / 1-token target pass. A tree with d levels costs d - 1 draft steps.
-    """
-    if draft_cost < 0:
-        raise ConfigError(f"draft cost c must be >= 0, got {draft_cost}")
+
+def _rebuild_internal(tables: _InternalTables, n: int, levels: int, internal: int) -> list[tuple[int, ...]]:
+    """Rank paths of the tree behind Best[n, levels, 0, internal]."""
+    paths: list[tuple[int, ...]] = []
+
+    def build(prefix: tuple[int, ...], n: int, r: int, a: int, i: int) -> None:
+        paths.append(prefix)
+        b = int(tables.best_b[n, r, a, i])
+        subtrees = []
+        while b > 0:
+            m, j = int(tables.split_m[n, r, a, b, i]), int(tables.split_j[n, r, a, b, i])
+            subtrees.append((b - 1, m, j))
+            n, i, b = n - m, i - j - (1 if b == 1 else 0), b - 1
+        for rank, m, j in reversed(subtrees):
+            build(prefix + (rank,), m, r - 1, min(a + 1, tables.rows - 1), j)
+
+    build((), n, levels, 0, internal)
+    return paths
+
+
+@dataclass(frozen=True)
+class InternalCountTrees:
+    """G*(n, d, i): the best expected tokens of a tree with n nodes, at most d levels and exactly i internal
+    nodes, for every n <= budget, d <= levels, i <= max_internal, from one DP; `tree` rebuilds any of them."""
+
+    matrix: np.ndarray
+    tables: _InternalTables
+    levels: int
+
+    def value(self, n: int, depth: int, internal: int) -> float:
+        return float(self.tables.best[n, depth, 0, internal])
+
+    def values(self, depth: int) -> np.ndarray:
+        """[budget+1, I+1] G* for this depth limit (-inf where no tree fits)."""
+        return self.tables.best[:, depth, 0, :]
+
+    def tree(self, n: int, depth: int, internal: int, provenance: Mapping | None = None) -> TreeShape:
+        if not np.isfinite(self.value(n, depth, internal)):
+            raise ConfigError(f"no tree of {n} nodes, {depth} levels and {internal} internal nodes")
+        return TreeShape.from_paths(_rebuild_internal(self.tables, n, depth, internal), dict(provenance or {}))
+
+
+def internal_count_trees(accept: Sequence[float] | np.ndarray, budget: int, max_depth: int,
+                         max_internal: int = 20) -> InternalCountTrees:
+    """Solve the internal-node-count DP once for all n <= budget and depth limits <= max_depth."""
+    levels = _validate_limits(budget, max_depth)
     matrix = as_acceptance(accept)
-    table: dict[tuple[int, int], float] = {}
-    gains: dict[tuple[int, int], float] = {}
-    for depth in range(1, max_depth + 1):
-        values = optimal_values(matrix, max_budget, depth)
-        for n in range(1, max_budget + 1):
-            if depth > n or not np.isfinite(values[n - 1]):
-                continue
-            gains[n, depth] = float(values[n - 1])
-            table[n, depth] = gains[n, depth] / (interpolate_latency(relative_latency, n) + (depth - 1) * draft_cost)
-    best = max(table, key=lambda key: (table[key], -key[0], -key[1]))
-    return HardwareChoice(best[0], best[1], gains[best], table[best], table)
+    i_max = max(0, min(int(max_internal), int(budget) - 1))
+    return InternalCountTrees(matrix, _solve_internal(matrix, int(budget), levels, i_max), levels)

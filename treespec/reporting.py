@@ -60,7 +60,9 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
     predicted_accepted, matches_reference) into one row per (sampling, method).
 
     tokens/s = total tokens / total seconds; speedup = that over the baseline's in the same sampling mode;
-    median_speedup = median over prompts of the per-prompt tokens/s ratio to the baseline."""
+    median_speedup = median over prompts of the per-prompt tokens/s ratio to the baseline; vs_autoregressive =
+    tokens/s over treespec's own autoregressive method (when run), next to the planner's predicted_speedup
+    (rows may carry it), which is relative to that same autoregressive loop."""
     import statistics
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -86,18 +88,24 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
     for row in table:
         base_rows = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == baseline]
         row["speedup"] = row["tokens_per_second"] / base_rows[0]["tokens_per_second"] if base_rows else None
+        ar_rows = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == "autoregressive"]
+        row["vs_autoregressive"] = row["tokens_per_second"] / ar_rows[0]["tokens_per_second"] if ar_rows else None
+        predicted = [r["predicted_speedup"] for r in groups[row["sampling"], row["method"]] if r.get("predicted_speedup")]
+        row["predicted_speedup"] = predicted[0] if predicted else None
     return table
 
 
 def format_table(table: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table of `bench_table` rows."""
-    header = ("sampling", "method", "tokens/s", "speedup", "median", "tok/pass", "predicted", "parity")
+    header = ("sampling", "method", "tokens/s", "speedup", "median", "tok/pass", "predicted", "vs AR", "pred. vs AR",
+              "parity")
     lines = [header]
     for r in table:
         def num(value, digits=2, suffix=""):
             return "-" if value is None else f"{value:.{digits}f}{suffix}"
         lines.append((r["sampling"], r["method"], num(r["tokens_per_second"]), num(r["speedup"], 2, "x"),
                       num(r["median_speedup"], 2, "x"), num(r["tokens_per_pass"]), num(r["predicted_tokens_per_pass"]),
+                      num(r.get("vs_autoregressive"), 2, "x"), num(r.get("predicted_speedup"), 2, "x"),
                       "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%"))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)

@@ -1,0 +1,298 @@
+"""Profiles measured where treespec runs: `hardware=auto`, cached by everything a timing depends on.
+
+On first use `auto_profile` measures, for the loaded pair on this device, every weight layout (standard,
+or linear weights stored transposed: `models.set_linear_layout`) and, with dtype "auto", fp32 and bf16
+(only on a GPU or a CPU with AMX / avx512_bf16), for the target and the draft separately. The draft keeps
+the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
+second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
+the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/`, keyed by the
+device's identity (CPU model and the ISA flags that matter, or the GPU's name), torch's version, the
+thread count, fingerprints of both models' weights, and the dtype and layout asked for. A later run with
+the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be read measures again.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from treespec.errors import ConfigError
+from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
+from treespec.models import LAYOUTS, cache_root, dtype_name, linear_layout, set_linear_layout, to_dtype
+from treespec.planner import plan_tree
+
+PROFILE_VERSION = 2  # bump when what a profile measures changes: older cache entries are then remeasured
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+GPU_SIZES = (1, 2, 4, 8, 16, 32, 64, 96, 128)
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+def _cpu_info() -> tuple[str, set[str]]:
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name in ("", platform.processor() or platform.machine()):
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return name, flags
+
+
+def device_identity(device: torch.device) -> dict[str, Any]:
+    """What a timing on `device` depends on: the GPU's name, or the CPU's model and its relevant ISA flags."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return {"type": "cuda", "name": torch.cuda.get_device_name(index),
+                "capability": ".".join(map(str, torch.cuda.get_device_capability(index)))}
+    name, flags = _cpu_info()
+    return {"type": device.type, "name": name, "isa": [f for f in ISA_FLAGS if f in flags],
+            "cores": os.cpu_count()}
+
+
+def describe_device(identity: dict[str, Any]) -> str:
+    """One line for reports, e.g. 'cpu: Intel(R) Xeon(R) Processor (avx2 avx512f amx_bf16)'."""
+    isa = identity.get("isa")
+    return f"{identity['type']}: {identity['name']}" + (f" ({' '.join(isa)})" if isa else "")
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 is worth measuring here: any CUDA GPU with bf16, or a CPU with AMX or avx512_bf16."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    flags = set(device_identity(device).get("isa", []))
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of a model's config and weights (names, shapes and a strided sample of every tensor's
+    values, in fp32, independent of the storage layout): changes when the model file does."""
+    digest = hashlib.sha256()
+    config = getattr(model, "config", None)
+    if config is not None:
+        fields = {k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "dtype", "torch_dtype")}
+        digest.update(json.dumps(fields, sort_keys=True, default=str).encode())
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            digest.update(f"{name}:{tuple(tensor.shape)}".encode())
+            flat = tensor.reshape(-1)
+            if flat.numel() and (tensor.is_floating_point() or not tensor.dtype.is_complex):
+                step = max(1, flat.numel() // 4096)
+                digest.update(flat[::step].detach().to("cpu", torch.float32).numpy().tobytes())
+    return digest.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (dtype, layout) configuration of a model and what it measured."""
+
+    dtype: str
+    layout: str
+    score_ms: float  # target: planned ms per token (or 1-token pass); draft: summed draft-level ms
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResolvedHardware:
+    """The profile a run plans with, and where it came from (for reports)."""
+
+    profile: LatencyProfile | None
+    name: str  # "auto", a named profile, or "none"
+    origin: str  # "measured now (12.3 s)", "cached from <time> (<file>)", "named profile ...", "none"
+    device: str  # describe_device(...)
+    target_dtype: str
+    target_layout: str
+    draft_dtype: str | None
+    draft_layout: str | None
+    candidates: tuple[dict[str, Any], ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "origin": self.origin, "device": self.device, "target_dtype": self.target_dtype,
+                "target_layout": self.target_layout, "draft_dtype": self.draft_dtype, "draft_layout": self.draft_layout,
+                "candidates": list(self.candidates)}
+
+
+def _cache_path(key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_root() / "profiles" / f"{digest}.yaml"
+
+
+def _read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached entry for `key`, or None when missing, unreadable, or made for another key."""
+    try:
+        entry = yaml.safe_load(path.read_text())
+        if not isinstance(entry, dict) or entry.get("key") != key:
+            return None
+        LatencyProfile.from_dict(entry["profile"])
+        choice = entry["choice"]
+        if choice["target_layout"] not in LAYOUTS or (choice.get("draft_layout") not in (None, *LAYOUTS)):
+            return None
+        to_dtype(choice["target_dtype"])
+        return entry
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, ConfigError):
+        return None
+
+
+def _write_cache(path: Path, entry: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".yaml", dir=path.parent)
+    with os.fdopen(handle, "w") as out:
+        yaml.safe_dump(entry, out, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[str]):
+    """Yield (dtype, layout, model) for every configuration; the fp32 original is reused, others are copies."""
+    for dtype in dtypes:
+        base = model if dtype_name(model) == dtype else copy.deepcopy(model).to(to_dtype(dtype))
+        for layout in layouts:
+            set_linear_layout(base, layout)
+            yield dtype, layout, base
+
+
+def _plan_ms_per_token(profile: LatencyProfile, acceptance) -> float:
+    """Predicted ms per generated token with the best tree for `acceptance` (1-token pass without one)."""
+    if acceptance is None:
+        return profile.target_ms[1] + profile.baseline_overhead_ms
+    plan = plan_tree(acceptance, profile.step_costs(), max_budget=max(profile.target_ms))
+    return profile.target_ms[1] * plan.step_cost / plan.expected_tokens
+
+
+def auto_profile(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | None,
+    *,
+    dtype: str = "float32",
+    layout: str = "auto",
+    acceptance=None,
+    remeasure: bool = False,
+    sizes: Sequence[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    prefix_len: int = 400,
+    settings: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
+    """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
+    dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
+    it is fast); `layout`: "standard", "transposed" or "auto" (both, on a CPU; GPUs use standard)."""
+    if layout not in (*LAYOUTS, "auto"):
+        raise ConfigError(f"layout must be one of {(*LAYOUTS, 'auto')}, got '{layout}'")
+    device = next(target.parameters()).device
+    identity = device_identity(device)
+    if dtype == "auto":
+        dtypes = ["float32", "bfloat16"] if fast_bf16(device) else ["float32"]
+    else:
+        dtypes = [dtype_name(to_dtype(dtype))]
+    layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
+    key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
+           "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
+           "dtype": dtype, "layout": layout, "prefix_len": prefix_len}
+    path = _cache_path(key)
+    entry = None if remeasure else _read_cache(path, key)
+    if entry is not None:
+        choice = entry["choice"]
+        target, draft = configure(target, choice["target_dtype"], choice["target_layout"]), (
+            configure(draft, choice["draft_dtype"], choice["draft_layout"]) if draft is not None else None)
+        origin = f"cached from {entry['measured_at']} ({path})"
+        return target, draft, _resolved(LatencyProfile.from_dict(entry["profile"]), origin, identity, target, draft,
+                                        entry.get("candidates", []))
+    start = time.perf_counter()
+    sizes = tuple(sizes or (GPU_SIZES if device.type == "cuda" else CPU_SIZES))
+    common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup}
+    total = len(dtypes) * len(layouts) * (2 if draft is not None else 1) + 1
+    done = 0
+
+    def tick(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(what, done, total)
+
+    candidates: list[dict[str, Any]] = []
+    draft_choice: tuple[float, str, str] | None = None
+    if draft is not None:  # the draft's cheapest configuration, timed with the target as loaded
+        for d_dtype, d_layout, variant in _variants(draft, dtypes, layouts):
+            measured = measure_latency(target, variant, sizes=(1,), draft_widths=DRAFT_WIDTHS, **common)
+            score = sum(measured.draft_width_ms.values())
+            candidates.append({"role": "draft", "dtype": d_dtype, "layout": d_layout, "draft_width_ms": {
+                w: round(v, 3) for w, v in measured.draft_width_ms.items()}})
+            if draft_choice is None or score < draft_choice[0]:
+                draft_choice = (score, d_dtype, d_layout)
+            tick(f"draft {d_dtype} {d_layout}")
+        draft = configure(draft, draft_choice[1], draft_choice[2])
+    best: tuple[float, str, str, LatencyProfile] | None = None
+    for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
+        measured = measure_latency(variant, draft, sizes=sizes, draft_widths=DRAFT_WIDTHS if draft is not None else (),
+                                   **common)
+        score = _plan_ms_per_token(measured, acceptance)
+        candidates.append({"role": "target", "dtype": t_dtype, "layout": t_layout, "ms_per_token": round(score, 3),
+                           "target_ms": {n: round(v, 3) for n, v in measured.target_ms.items()}})
+        if best is None or score < best[0]:
+            best = (score, t_dtype, t_layout, measured)
+        tick(f"target {t_dtype} {t_layout}")
+    _, t_dtype, t_layout, profile = best
+    target = configure(target, t_dtype, t_layout)
+    overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len)
+    tick("engine overhead")
+    seconds = time.perf_counter() - start
+    info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
+            "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1)}
+    profile = LatencyProfile(profile.target_ms, profile.draft_ms, info, profile.draft_width_ms, overhead, baseline)
+    measured_at = datetime.datetime.now().isoformat(timespec="seconds")
+    choice = {"target_dtype": t_dtype, "target_layout": t_layout,
+              "draft_dtype": draft_choice[1] if draft_choice else None,
+              "draft_layout": draft_choice[2] if draft_choice else None}
+    _write_cache(path, {"key": key, "measured_at": measured_at, "choice": choice, "profile": profile.to_dict(),
+                        "candidates": candidates})
+    return target, draft, _resolved(profile, f"measured now ({seconds:.1f} s; cached in {path})", identity, target,
+                                    draft, candidates)
+
+
+def configure(model: torch.nn.Module, dtype: str, layout: str) -> torch.nn.Module:
+    """`model` in `dtype` (converted in place) with its linear weights stored in `layout`."""
+    if dtype_name(model) != dtype:
+        model = model.to(to_dtype(dtype))
+    return set_linear_layout(model, layout)
+
+
+def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], target, draft,
+              candidates: Sequence[dict[str, Any]], name: str = "auto") -> ResolvedHardware:
+    return ResolvedHardware(profile, name, origin, describe_device(identity), dtype_name(target), linear_layout(target),
+                            dtype_name(draft) if draft is not None else None,
+                            linear_layout(draft) if draft is not None else None, tuple(candidates))
+
+
+def named_profile(target: torch.nn.Module, draft: torch.nn.Module | None, profile: LatencyProfile | None, name: str,
+                  *, layout: str = "auto") -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
+    """A profile given by name (conf/hardware/<name>.yaml) or none: nothing is measured. With layout "auto" the
+    models take the layout the profile was measured with (standard when it does not say)."""
+    if layout == "auto":
+        layout = (profile.settings.get("layout") if profile is not None else None) or "standard"
+    for model in (target, draft):
+        if model is not None:
+            set_linear_layout(model, layout)
+    device = next(target.parameters()).device
+    if profile is None:
+        origin = "none (no profile: trees need an explicit budget and depth)"
+    else:
+        where = profile.settings.get("machine") or f"an unrecorded {profile.settings.get('device', 'device')}"
+        origin = f"named profile '{name}' (measured on {where})"
+    return target, draft, _resolved(profile, origin, device_identity(device), target, draft, (), name)
