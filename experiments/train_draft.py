@@ -5,9 +5,9 @@
 
 Stages (each skips work already on disk, so an interrupted run resumes where it stopped):
   pool      prompts.jsonl: a template prompt pool disjoint from MT-Bench/HumanEval, each with a sampling mode
-  generate  shards/shard_XXXX.pt: the target's answers and top-k distributions (treespec.distill_data)
+  generate  shards/shard_XXXX.pt: the target's answers and top-k distributions (treespec.training.distill_data)
   vocab     vocab.json: the draft's output vocabulary (most frequent answer tokens) and its coverage
-  train     checkpoints/, train_log.jsonl: distillation (treespec.distill_train), held-out agreement
+  train     checkpoints/, train_log.jsonl: distillation (treespec.training.train), held-out agreement
   export    draft/: a transformers model directory (config, safetensors, tokenizer) + training_summary.json
 """
 
@@ -26,11 +26,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from treespec import cli, distill_data, distill_train
+from treespec import cli
 from treespec.data import encode_prompt
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
-from treespec.prompt_pool import build_prompt_pool
+from treespec.training import distill_data, train
+from treespec.training.prompt_pool import build_prompt_pool
 
 log = logging.getLogger("train_draft")
 
@@ -215,12 +216,12 @@ class Trainee:
 def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> Trainee:
     target = load_model(cfg.target)
     if cfg.draft.kind == "plain":
-        draft = distill_train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
+        draft = train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
                                                      embed_rank=cfg.draft.embed_rank)
 
         def forward(chunk):
-            batch = distill_train.collate(chunk, pad)
-            loss, logits, _ = distill_train.distill_loss(draft, batch)
+            batch = train.collate(chunk, pad)
+            loss, logits, _ = train.distill_loss(draft, batch)
             return loss, logits, batch.top_ids
 
         return Trainee(draft, forward)
@@ -230,7 +231,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     if len(paths) != len(sorted((run / "shards").glob("shard_*.pt"))):
         raise ConfigError("an EAGLE draft needs the target's features of every shard: run the features stage")
     features = [f for path in paths for f in torch.load(path)]
-    head = distill_train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
+    head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)
         if list(start.config.output_token_ids) != list(vocab):
@@ -241,8 +242,8 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     noise = torch.Generator().manual_seed(cfg.seed)
 
     def forward(chunk):
-        batch = distill_train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
-        loss, logits, _ = distill_train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
+        batch = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
+        loss, logits, _ = train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
                                                    feature_noise=cfg.draft.feature_noise if head.training else 0.0,
                                                    generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
@@ -252,7 +253,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
 
 def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
     trainee.model.eval()
-    metrics = distill_train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
+    metrics = train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
     trainee.model.train()
     return metrics
 
@@ -261,7 +262,7 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     t = cfg.train
     ckpt_dir = run / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
-    examples = distill_train.make_examples(data, vocab, t.max_len)
+    examples = train.make_examples(data, vocab, t.max_len)
     train_idx, held_idx = split_holdout(len(examples), t.holdout_fraction, cfg.seed)
     train_set, held_set = [examples[i] for i in train_idx], [examples[i] for i in held_idx]
     tokens_per_epoch = sum(len(e.input_ids) for e in train_set)
@@ -292,12 +293,12 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
         losses: list[float] = []
         while step < total:
             order = random.Random(cfg.seed * 7919 + epoch)
-            batches = list(distill_train.token_batches(train_set, t.tokens_per_batch, order))
+            batches = list(train.token_batches(train_set, t.tokens_per_batch, order))
             for chunk in batches[consumed:]:
                 if step >= total:
                     break
                 tick = time.perf_counter()
-                lr = distill_train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
+                lr = train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 loss = trainee.forward(chunk)[0]
@@ -402,7 +403,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 {usage}
 
 ## Data
-- Prompts: `treespec.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
+- Prompts: `treespec.training.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
   sequence with MT-Bench or HumanEval. The first {summary['answers']} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes

@@ -1,6 +1,7 @@
 """Self-distillation: data records, vocabulary, loss, and a smoke run of experiments/train_draft.py."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -12,8 +13,8 @@ import torch
 from conftest import tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from treespec import distill_data, distill_train
 from treespec.models import DEFAULT_TARGET, load_model, load_tokenizer
+from treespec.training import distill_data, train
 
 ROOT = Path(__file__).parents[1]
 
@@ -65,31 +66,31 @@ def test_distillation_loss_learns_a_tiny_target():
     shard = {k: [r[k] for r in records] for k in records[0]}
     shard["mode"] = ["t1"] * len(records)
     vocab = list(range(32))
-    draft = distill_train.init_draft_from_target(target, vocab, init_layers=[0], embed_rank=8)
-    examples = distill_train.make_examples(shard, vocab, max_len=64)
-    batch = distill_train.collate(examples, pad_id=0)
+    draft = train.init_draft_from_target(target, vocab, init_layers=[0], embed_rank=8)
+    examples = train.make_examples(shard, vocab, max_len=64)
+    batch = train.collate(examples, pad_id=0)
     assert batch.rows.shape[0] == batch.top_ids.shape[0] == sum(len(e.top_ids) for e in examples)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=3e-3)
     losses = []
     for _ in range(30):
-        loss, _, _ = distill_train.distill_loss(draft, batch)
+        loss, _, _ = train.distill_loss(draft, batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
     def score(chunk):
-        batch = distill_train.collate(chunk, pad_id=0)
-        return distill_train.distill_loss(draft, batch)[1], batch.top_ids
+        batch = train.collate(chunk, pad_id=0)
+        return train.distill_loss(draft, batch)[1], batch.top_ids
 
-    metrics = distill_train.agreement(score, examples)
+    metrics = train.agreement(score, examples)
     assert 0 <= metrics["agree_top1"] <= metrics["target_in_top4"] <= 1
 
 
 def test_cosine_schedule():
-    assert distill_train.cosine_lr(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
-    assert distill_train.cosine_lr(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
-    assert distill_train.cosine_lr(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+    assert train.cosine_lr(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
+    assert train.cosine_lr(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
+    assert train.cosine_lr(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,8 @@ def _train_draft(run_dir, target_dir, *overrides):
             "pool.size=6", "generate.max_new_tokens=6", "generate.batch_size=3", "generate.shard_prompts=3",
             "vocab.size=300", "draft.init_layers=[0]", "draft.embed_rank=8", "train.tokens_per_batch=512",
             "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1", "threads=1", *overrides]
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)  # this checkout's treespec
 
 
 def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):

@@ -1,4 +1,4 @@
-"""Tests for treespec.prompt_pool: determinism, uniqueness, category mix, and disjointness from the
+"""Tests for treespec.training.prompt_pool: determinism, uniqueness, category mix, and disjointness from the
 evaluation sets (MT-Bench questions and HumanEval prompts)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from treespec import prompt_pool as pp
-from treespec.prompt_pool import CATEGORIES, PoolPrompt, build_prompt_pool, ngram_overlaps
+from treespec.training import prompt_pool as pp
+from treespec.training.prompt_pool import CATEGORIES, PoolPrompt, build_prompt_pool, ngram_overlaps
 
 POOL_SIZE = 20_000
 
