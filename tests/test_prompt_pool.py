@@ -256,3 +256,26 @@ def test_no_humaneval_entry_point_is_defined(pool):
     assert not entry_points & {spec.name for spec in pp.FUNCTIONS}
     defined = set().union(*(_defined_functions(p.text) for p in pool if p.category == "code_completion"))
     assert defined and not defined & entry_points
+
+
+# --- the template data file ------------------------------------------------------------------------
+
+
+def test_template_lists_come_from_the_data_file_and_every_list_is_used():
+    import yaml
+
+    raw = yaml.safe_load(pp.TEMPLATES_FILE.read_text(encoding="utf-8"))
+    lists = vars(pp._lists())
+    assert set(raw) <= set(lists) and lists["names"] == tuple(raw["names"])
+    source = Path(pp.__file__).read_text()
+    referenced = {key for key in lists if f"L.{key}" in source}
+    referenced |= {kind["values"] for kind in raw["extraction_kinds"]} | {"personas", "advisors"}  # resolved by the loader
+    assert set(raw) - referenced == set(), "lists in prompt_templates.yaml that no template reads"
+    assert all(isinstance(v, tuple) for v in lists.values())  # immutable, as the Python tuples were
+
+
+def test_template_data_file_is_package_data():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["treespec.training"]
+    assert any(pp.TEMPLATES_FILE.match(g) for g in globs)
