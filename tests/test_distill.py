@@ -122,7 +122,9 @@ def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
     first = _train_draft(run, tiny_target_dir, "train.max_steps=3")
     assert first.returncode == 0, first.stderr[-3000:]
     assert len((run / "prompts.jsonl").read_text().splitlines()) == 6
-    assert len(list((run / "shards").glob("shard_*.pt"))) == 2
+    manifest = json.loads((run / "corpus" / "manifest.json").read_text())  # a path target: the corpus is the run's own
+    assert [e["file"] for e in manifest["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
+    assert len(list((run / "teacher").glob("*.pt"))) == 2
     vocab = json.loads((run / "vocab.json").read_text())
     assert vocab["size"] <= 300 and 0 < vocab["answer_token_coverage"] <= 1
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -143,7 +145,7 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     run = tmp_path / "run"
     result = _train_draft(run, tiny_target_dir, "draft.kind=eagle", "train.max_steps=3")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(list((run / "features").glob("features_*.pt"))) == 2
+    assert len(list((run / "teacher").glob("*.top20.features.pt"))) == 2
     head = load_model(run / "draft")
     assert type(head).__name__ == "EagleDraftModel"
     card = (run / "draft" / "README.md").read_text()
@@ -159,12 +161,11 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     # a second run starts from that head and trains one tree level down as well
     second = tmp_path / "second"
     second.mkdir()
-    for name in ("prompts.jsonl", "generate_log.jsonl", "vocab.json"):
+    for name in ("prompts.jsonl", "vocab.json"):
         (second / name).write_bytes((run / name).read_bytes())
-    for name in ("shards", "features"):
-        (second / name).symlink_to(run / name)
+    (second / "teacher").symlink_to(run / "teacher")
     result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=2",
-                          f"draft.init_from={run / 'draft'}")
+                          f"draft.init_from={run / 'draft'}", f"corpus.dir={run / 'corpus'}")
     assert result.returncode == 0, result.stderr[-3000:]
     card = (second / "draft" / "README.md").read_text()
     assert f"Started from the trained draft `{run / 'draft'}`" in card and "one tree level down" in card
