@@ -1,6 +1,7 @@
 """The self-distillation corpus: shards of token ids, the manifest, append and resume, untrusted shards."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +145,18 @@ def test_plan_fills_gaps_first_and_never_crosses_an_answered_prompt():
     assert corpus.plan_shards(manifest, 4, 4) == [(0, 3)]
     with pytest.raises(ConfigError):
         corpus.plan_shards(manifest, 4, 0)
+
+
+def test_the_committed_corpora_verify_and_stay_small():
+    root = Path(__file__).parents[1] / "corpus"
+    manifests = sorted(root.glob("*/manifest.json"))
+    assert manifests, "the repository keeps its self-distillation corpus under corpus/<target>/"
+    total = 0
+    for path in manifests:
+        manifest = corpus.read_manifest(path.parent)  # ConfigError when malformed
+        for entry in manifest["shards"]:
+            assert corpus.verify_entry(path.parent, entry) is None
+        listed = {e["file"] for e in manifest["shards"]} | {corpus.MANIFEST}
+        assert {p.name for p in path.parent.iterdir()} == listed, "files in the corpus that its manifest does not list"
+        total += sum(p.stat().st_size for p in path.parent.iterdir())
+    assert total < 25e6
