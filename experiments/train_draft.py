@@ -318,7 +318,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     target = load_model(cfg.target)
     if cfg.draft.kind == "plain":
         draft = train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
-                                                     embed_rank=cfg.draft.embed_rank)
+                                             embed_rank=cfg.draft.embed_rank)
 
         def forward(chunk):
             batch = train.collate(chunk, pad)
@@ -342,8 +342,8 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     def forward(chunk):
         batch = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
         loss, logits, _ = train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
-                                                   feature_noise=cfg.draft.feature_noise if head.training else 0.0,
-                                                   generator=noise, unroll=cfg.draft.eagle_unroll)
+                                           feature_noise=cfg.draft.feature_noise if head.training else 0.0,
+                                           generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
 
     return Trainee(head, forward)

@@ -85,7 +85,7 @@ def test_eagle_training_pieces_learn(unroll):
     losses = []
     for _ in range(25):
         loss, _, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
-                                                  generator=torch.Generator().manual_seed(0))
+                                          generator=torch.Generator().manual_seed(0))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -100,7 +100,7 @@ def test_second_unrolled_level_is_what_a_depth_2_node_computes(target_and_head):
     embeds = target.get_input_embeddings()(torch.tensor([tokens[1:]]))
     with torch.no_grad():
         first, second = train.eagle_hidden(head, features[None, :-1], embeds, torch.tensor([len(tokens) - 1]),
-                                                   unroll=2)
+                                           unroll=2)
         for j in (1, 3, 5):  # the node drafted for x_{j+1} below a root x_j
             drafter = EagleDrafter(head, target, 64)
             drafter.reset(tokens[: j + 1], features[:j])

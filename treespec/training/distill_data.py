@@ -49,12 +49,8 @@ def answer_batch(
     pad_token_id: int,
 ) -> list[dict]:
     """Generate answers for one left-padded batch; return one record per prompt (see module docstring)."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    for b, ids in enumerate(prompts):
-        input_ids[b, width - len(ids):] = torch.tensor(ids)
-        attention[b, width - len(ids):] = 1
+    input_ids, attention = _left_padded(prompts, pad_token_id)
+    width = input_ids.shape[1]
     sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
         "do_sample": False}
     out = target.generate(
@@ -82,15 +78,6 @@ def batches_by_length(items: Sequence[int], lengths: Sequence[int], batch_size: 
     """Group item indices into batches of similar length (less padding), in a stable order."""
     order = sorted(items, key=lambda i: lengths[i])
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def merge_shards(shards: Iterable[dict]) -> dict:
-    """Concatenate shard dicts field by field."""
-    merged: dict[str, list] = {}
-    for shard in shards:
-        for key, values in shard.items():
-            merged.setdefault(key, []).extend(values)
-    return merged
 
 
 def token_frequencies(shard: dict) -> Counter:

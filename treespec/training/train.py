@@ -1,4 +1,5 @@
-"""Train a `TreespecDraftForCausalLM` to imitate a target from self-distillation shards (training/distill_data.py).
+"""Train a draft (the plain `TreespecDraftForCausalLM` or the EAGLE head) to imitate a target from self-distillation
+records: the corpus's answers with the target's top-k recomputed by `distill_data.teacher_pass`.
 
 Loss at every answer position: cross-entropy of the draft's distribution over its reduced vocabulary
 against the target's top-k distribution (renormalised over the top-k tokens the draft can emit), i.e.
