@@ -1,21 +1,28 @@
 """Train a draft model for a target by self-distillation (config: conf/train_draft.yaml).
 
     python experiments/train_draft.py                                  # the default pair's draft
+    python experiments/train_draft.py stages=[pool,generate] generate.max_hours=2   # only add to the corpus
     python experiments/train_draft.py hydra.run.dir=outputs/train_draft/<run>   # resume that run
 
 Stages (each skips work already on disk, so an interrupted run resumes where it stopped):
   pool      prompts.jsonl: a template prompt pool disjoint from MT-Bench/HumanEval, each with a sampling mode
-  generate  shards/shard_XXXX.pt: the target's answers and top-k distributions (treespec.distill_data)
+  generate  the corpus (treespec.training.corpus; in the repository, corpus/<target>/ for a built-in target):
+            the target's answers as token-id shards with a manifest. It resumes from what is there and
+            appends shards for pool prompts not yet answered; untrusted shards are dropped and regenerated
+  teacher   teacher/: soft targets (the target's top-k at every answer position) recomputed from the corpus
+            by teacher forcing, and for draft.kind=eagle the target's features, in the same pass
   vocab     vocab.json: the draft's output vocabulary (most frequent answer tokens) and its coverage
-  train     checkpoints/, train_log.jsonl: distillation (treespec.distill_train), held-out agreement
+  train     checkpoints/, train_log.jsonl: distillation (treespec.training.train), held-out agreement
   export    draft/: a transformers model directory (config, safetensors, tokenizer) + training_summary.json
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,18 +33,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from treespec import cli, distill_data, distill_train
+from treespec import cli
 from treespec.data import encode_prompt
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
-from treespec.prompt_pool import build_prompt_pool
+from treespec.training import corpus, distill_data, train
+from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool
 
 log = logging.getLogger("train_draft")
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class PoolSpec:
-    size: int = 12000
+    size: int = 32000
 
 
 @dataclass
@@ -48,13 +57,27 @@ class ModeSpec:
 
 
 @dataclass
+class CorpusSpec:
+    dir: Optional[str] = None  # default: corpus/<target> in the repository for a built-in target, else <run>/corpus
+
+
+@dataclass
 class GenerateSpec:
+    prompts: Optional[int] = None  # answer the first N pool prompts in all (None: the whole pool)
     max_new_tokens: int = 192
-    batch_size: int = 48
-    keep_top: int = 20
+    batch_size: int = 64
     shard_prompts: int = 384
-    max_shards: Optional[int] = None
+    max_shards: Optional[int] = None  # at most this many new shards in this run
+    max_hours: Optional[float] = None  # start no new shard after this long
+    dtype: str = "auto"  # auto: bfloat16 where the CPU has AMX / AVX512-BF16, else float32
+    bf16_check: int = 16  # greedy prompts per bf16 shard regenerated in fp32 (0: none)
     modes: list[ModeSpec] = field(default_factory=list)
+
+
+@dataclass
+class TeacherSpec:
+    keep_top: int = 20
+    tokens_per_batch: int = 4096
 
 
 @dataclass
@@ -102,9 +125,11 @@ class TrainDraftSchema:
     target: str = "smollm2-135m-instruct"
     seed: int = 0
     threads: int = 0
-    stages: list[str] = field(default_factory=lambda: ["pool", "generate", "vocab", "train", "export"])
+    stages: list[str] = field(default_factory=lambda: ["pool", "generate", "teacher", "vocab", "train", "export"])
     pool: PoolSpec = field(default_factory=PoolSpec)
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
     generate: GenerateSpec = field(default_factory=GenerateSpec)
+    teacher: TeacherSpec = field(default_factory=TeacherSpec)
     vocab: VocabSpec = field(default_factory=VocabSpec)
     draft: DraftSpec = field(default_factory=DraftSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
@@ -122,69 +147,144 @@ def stage_pool(cfg: DictConfig, run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def corpus_dir(cfg: DictConfig, run: Path) -> Path:
+    """Where the corpus lives: corpus.dir (relative to the repository), else corpus/<target> in the repository
+    for a built-in target name, else <run>/corpus (a target given as a path gets a corpus of its own run)."""
+    if cfg.corpus.dir:
+        path = Path(cfg.corpus.dir)
+        return path if path.is_absolute() else REPO / path
+    if "/" not in cfg.target and not Path(cfg.target).exists():
+        return REPO / "corpus" / cfg.target
+    return run / "corpus"
+
+
+def corpus_header(cfg: DictConfig, vocab_size: int) -> dict:
+    """What a corpus is made of; appending requires the same (modes are assigned by
+    distill_data.assign_modes(pool size, modes, pool seed))."""
+    return {"target": cfg.target, "target_files": corpus.target_files(cfg.target), "vocab_size": vocab_size,
+            "id_dtype": corpus.id_dtype(vocab_size),
+            "pool": {"builder": "treespec.training.prompt_pool.build_prompt_pool", "size": cfg.pool.size, "seed": cfg.seed},
+            "modes": [{"name": m.name, "temperature": m.temperature, "weight": m.weight} for m in cfg.generate.modes]}
+
+
+def generation_precision(name: str) -> str:
+    if name == "auto":
+        return "bfloat16" if corpus.cpu_has_fast_bf16() else "float32"
+    if name not in ("float32", "bfloat16"):
+        raise ConfigError(f"generate.dtype must be auto, float32 or bfloat16, got '{name}'")
+    return name
+
+
+def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
+    directory = corpus_dir(cfg, run)
+    manifest, problems = corpus.open_corpus(directory, corpus_header(cfg, len(tokenizer)))
+    for problem in problems:
+        log.warning("corpus %s: %s; dropped, its prompts will be answered again", directory, problem)
+    return directory, manifest
+
+
 def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
+    """Append shards to the corpus for the first `generate.prompts` pool prompts that no trusted shard answers."""
     g = cfg.generate
-    shard_dir = run / "shards"
-    shard_dir.mkdir(exist_ok=True)
-    n_shards = -(-len(prompts) // g.shard_prompts)
-    if g.max_shards is not None:
-        n_shards = min(n_shards, g.max_shards)
-    todo = [i for i in range(n_shards) if not (shard_dir / f"shard_{i:04d}.pt").exists()]
-    if not todo:
-        return
-    target, tokenizer = load_model(cfg.target), load_tokenizer(cfg.target)
-    temperatures = {m.name: m.temperature for m in g.modes}
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    with open(run / "generate_log.jsonl", "a") as log_file:
-        for shard_index in tqdm(todo, desc="shards", unit="shard"):
-            rows = prompts[shard_index * g.shard_prompts:(shard_index + 1) * g.shard_prompts]
-            encoded = [encode_prompt(tokenizer, r["text"]) for r in rows]
-            records: list[dict | None] = [None] * len(rows)
-            start, new_tokens = time.perf_counter(), 0
-            for mode, temperature in temperatures.items():
-                members = [i for i, r in enumerate(rows) if r["mode"] == mode]
-                for batch in tqdm(distill_data.batches_by_length(members, [len(e) for e in encoded], g.batch_size),
-                                  desc=f"shard {shard_index} {mode}", leave=False):
-                    torch.manual_seed(cfg.seed * 100003 + shard_index * 101 + batch[0])
-                    out = distill_data.answer_batch(
-                        target, [encoded[i] for i in batch], temperature=temperature,
-                        max_new_tokens=g.max_new_tokens, keep_top=g.keep_top, eos_token_id=eos, pad_token_id=pad)
-                    for i, record in zip(batch, out):
-                        record.update(mode=mode, category=rows[i]["category"])
-                        records[i] = record
-                        new_tokens += len(record["top_ids"])
-            shard = {key: [r[key] for r in records] for key in records[0]}
-            tmp = shard_dir / f".shard_{shard_index:04d}.pt.tmp"
-            torch.save(shard, tmp)
-            tmp.rename(shard_dir / f"shard_{shard_index:04d}.pt")
-            seconds = time.perf_counter() - start
-            log_file.write(json.dumps({"shard": shard_index, "prompts": len(rows), "new_tokens": new_tokens,
-                                       "seconds": round(seconds, 1), "tokens_per_s": round(new_tokens / seconds, 1)}) + "\n")
-            log_file.flush()
-
-
-def load_shards(run: Path) -> dict:
-    paths = sorted((run / "shards").glob("shard_*.pt"))
-    if not paths:
-        raise FileNotFoundError(f"no shards in {run / 'shards'}: run the generate stage first")
-    return distill_data.merge_shards(torch.load(p) for p in paths)
-
-
-def stage_features(cfg: DictConfig, run: Path, pad: int) -> None:
-    """features/features_XXXX.pt: the target's last hidden state along every shard sequence (EAGLE drafts)."""
-    feature_dir = run / "features"
-    feature_dir.mkdir(exist_ok=True)
-    shards = sorted((run / "shards").glob("shard_*.pt"))
-    todo = [p for p in shards if not (feature_dir / p.name.replace("shard", "features")).exists()]
+    tokenizer = load_tokenizer(cfg.target)
+    directory, manifest = open_run_corpus(cfg, run, tokenizer)
+    wanted = len(prompts) if g.prompts is None else min(g.prompts, len(prompts))
+    todo = corpus.plan_shards(manifest, wanted, g.shard_prompts)[: g.max_shards]
+    totals = corpus.summary(manifest)
+    log.info("corpus %s: %d answers, %d answer tokens in %d shards; %d new shards to generate", directory,
+             totals["answers"], totals["answer_tokens"], totals["shards"], len(todo))
     if not todo:
         return
     target = load_model(cfg.target)
-    for path in tqdm(todo, desc="features", unit="shard"):
-        shard = torch.load(path)
-        features = distill_data.target_features(target, shard["input_ids"], pad_token_id=pad)
-        tmp = feature_dir / f".{path.name}.tmp"
-        torch.save(features, tmp)
-        tmp.rename(feature_dir / path.name.replace("shard", "features"))
+    precision = generation_precision(g.dtype)
+    generator = target if precision == "float32" else copy.deepcopy(target).to(torch.bfloat16)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    command = " ".join(["python experiments/train_draft.py", *sys.argv[1:]])
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config = {key: config[key] for key in ("target", "seed", "threads", "pool", "corpus", "generate")}
+    begun = time.perf_counter()
+    for start, stop in tqdm(todo, desc="shards", unit="shard"):
+        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
+            log.info("generate.max_hours=%s reached: stopping before prompts %d..%d", g.max_hours, start, stop)
+            break
+        tick = time.perf_counter()
+        rows = prompts[start:stop]
+        encoded = [encode_prompt(tokenizer, r["text"]) for r in rows]
+        answers: list = [None] * len(rows)
+        for name, (_, temperature) in modes.items():
+            members = [i for i, r in enumerate(rows) if r["mode"] == name]
+            for batch in tqdm(distill_data.batches_by_length(members, [len(e) for e in encoded], g.batch_size),
+                              desc=f"prompts {start}..{stop} {name}", leave=False):
+                torch.manual_seed(cfg.seed * 100003 + start + batch[0])
+                out = distill_data.generate_answers(generator, [encoded[i] for i in batch], temperature=temperature,
+                                                    max_new_tokens=g.max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+                for i, answer in zip(batch, out):
+                    answers[i] = answer
+        check = None
+        greedy = [i for i, r in enumerate(rows) if modes[r["mode"]][1] == 0][: g.bf16_check]
+        if precision != "float32" and greedy:
+            check, redone = distill_data.compare_precision(
+                target, [encoded[i] for i in greedy], [answers[i] for i in greedy], max_new_tokens=g.max_new_tokens,
+                eos_token_id=eos, pad_token_id=pad)
+            for i, answer in zip(greedy, redone):
+                answers[i] = answer
+            check["stored"] = "the fp32 answers of these prompts; every other answer of the shard is bf16's"
+            log.info("bf16 against fp32 on %d greedy prompts: %s", len(greedy), check)
+        records = [corpus.Record(start + i, modes[r["mode"]][0], CATEGORIES.index(r["category"]), encoded[i], answers[i])
+                   for i, r in enumerate(rows)]
+        entry = corpus.write_shard(directory, start, stop, records, manifest["id_dtype"])
+        entry.update(
+            sampling={name: {"temperature": temperature, "answers": sum(r["mode"] == name for r in rows)}
+                      for name, (_, temperature) in modes.items()},
+            max_new_tokens=g.max_new_tokens, batch_size=g.batch_size, precision=precision, precision_check=check,
+            command=command, config=config, machine=corpus.machine(), date=corpus.now(),
+            seconds=round(time.perf_counter() - tick, 1))
+        manifest = corpus.append_shard(directory, manifest, entry)
+
+
+def teacher_file(run: Path, entry: dict, keep_top: int, features: bool) -> Path:
+    """The run's cache of one shard's teacher pass, named by the shard's hash and what was computed."""
+    suffix = f"top{keep_top}" + (".features" if features else "")
+    return run / "teacher" / f"{Path(entry['file']).stem}.{entry['sha256'][:16]}.{suffix}.pt"
+
+
+def stage_teacher(cfg: DictConfig, run: Path, directory: Path, manifest: dict, pad: int) -> None:
+    """Soft targets (and, for an EAGLE draft, features) of every corpus shard, by teacher forcing."""
+    features = cfg.draft.kind == "eagle"
+    (run / "teacher").mkdir(exist_ok=True)
+    todo = [e for e in manifest["shards"] if not teacher_file(run, e, cfg.teacher.keep_top, features).exists()]
+    if not todo:
+        return
+    target = load_model(cfg.target)
+    for entry in tqdm(todo, desc="teacher", unit="shard"):
+        pairs = corpus.records(corpus.read_shard(directory / entry["file"]))
+        out = distill_data.teacher_pass(target, [torch.from_numpy(ids) for ids, _ in pairs], [p for _, p in pairs],
+                                        keep_top=cfg.teacher.keep_top, features=features,
+                                        tokens_per_batch=cfg.teacher.tokens_per_batch, pad_token_id=pad)
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"top_ids": out.top_ids, "top_logprobs": out.top_logprobs, "features": out.features}, tmp)
+        tmp.rename(path)
+
+
+def load_data(cfg: DictConfig, run: Path, directory: Path, manifest: dict) -> dict:
+    """The corpus's records with their soft targets (and features for an EAGLE draft), in pool order."""
+    if not manifest["shards"]:
+        raise FileNotFoundError(f"the corpus {directory} has no shards: run the generate stage first")
+    data = corpus.load(directory, manifest, [m["name"] for m in manifest["modes"]], CATEGORIES)
+    features = cfg.draft.kind == "eagle"
+    data.update(top_ids=[], top_logprobs=[], **({"features": []} if features else {}))
+    for entry in sorted(manifest["shards"], key=lambda e: e["prompts"]["start"]):
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features)
+        if not path.exists():
+            raise ConfigError(f"{path.name} is missing: run the teacher stage")
+        part = torch.load(path)
+        data["top_ids"] += part["top_ids"]
+        data["top_logprobs"] += part["top_logprobs"]
+        if features:
+            data["features"] += part["features"]
+    return data
 
 
 def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
@@ -197,11 +297,13 @@ def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
     return json.loads(path.read_text())["ids"]
 
 
-def split_holdout(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    cut = max(1, int(n * fraction))
-    return sorted(order[cut:]), sorted(order[:cut])
+def split_holdout(keys: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) positions of `keys` (pool indices): a key's side depends only on the key and the seed,
+    so held-out prompts stay held out as the corpus grows; at least one position is held out."""
+    scores = [random.Random(seed * 1_000_003 + key).random() for key in keys]
+    held = [i for i, score in enumerate(scores) if score < fraction] or [min(range(len(keys)), key=scores.__getitem__)]
+    chosen = set(held)
+    return [i for i in range(len(keys)) if i not in chosen], held
 
 
 @dataclass
@@ -215,22 +317,19 @@ class Trainee:
 def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> Trainee:
     target = load_model(cfg.target)
     if cfg.draft.kind == "plain":
-        draft = distill_train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
-                                                     embed_rank=cfg.draft.embed_rank)
+        draft = train.init_draft_from_target(target, vocab, init_layers=list(cfg.draft.init_layers),
+                                             embed_rank=cfg.draft.embed_rank)
 
         def forward(chunk):
-            batch = distill_train.collate(chunk, pad)
-            loss, logits, _ = distill_train.distill_loss(draft, batch)
+            batch = train.collate(chunk, pad)
+            loss, logits, _ = train.distill_loss(draft, batch)
             return loss, logits, batch.top_ids
 
         return Trainee(draft, forward)
     if cfg.draft.kind != "eagle":
         raise ConfigError(f"draft.kind must be plain or eagle, got '{cfg.draft.kind}'")
-    paths = sorted((run / "features").glob("features_*.pt"))
-    if len(paths) != len(sorted((run / "shards").glob("shard_*.pt"))):
-        raise ConfigError("an EAGLE draft needs the target's features of every shard: run the features stage")
-    features = [f for path in paths for f in torch.load(path)]
-    head = distill_train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
+    features = data["features"]
+    head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)
         if list(start.config.output_token_ids) != list(vocab):
@@ -241,10 +340,10 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     noise = torch.Generator().manual_seed(cfg.seed)
 
     def forward(chunk):
-        batch = distill_train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
-        loss, logits, _ = distill_train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
-                                                   feature_noise=cfg.draft.feature_noise if head.training else 0.0,
-                                                   generator=noise, unroll=cfg.draft.eagle_unroll)
+        batch = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
+        loss, logits, _ = train.eagle_loss(head, embed, batch, feature_weight=cfg.draft.feature_weight,
+                                           feature_noise=cfg.draft.feature_noise if head.training else 0.0,
+                                           generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
 
     return Trainee(head, forward)
@@ -252,7 +351,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
 
 def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
     trainee.model.eval()
-    metrics = distill_train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
+    metrics = train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
     trainee.model.train()
     return metrics
 
@@ -261,8 +360,8 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     t = cfg.train
     ckpt_dir = run / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
-    examples = distill_train.make_examples(data, vocab, t.max_len)
-    train_idx, held_idx = split_holdout(len(examples), t.holdout_fraction, cfg.seed)
+    examples = train.make_examples(data, vocab, t.max_len)
+    train_idx, held_idx = split_holdout([data["pool_index"][e.index] for e in examples], t.holdout_fraction, cfg.seed)
     train_set, held_set = [examples[i] for i in train_idx], [examples[i] for i in held_idx]
     tokens_per_epoch = sum(len(e.input_ids) for e in train_set)
     steps_per_epoch = max(1, round(tokens_per_epoch / (t.tokens_per_batch * 0.85)))
@@ -292,12 +391,12 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
         losses: list[float] = []
         while step < total:
             order = random.Random(cfg.seed * 7919 + epoch)
-            batches = list(distill_train.token_batches(train_set, t.tokens_per_batch, order))
+            batches = list(train.token_batches(train_set, t.tokens_per_batch, order))
             for chunk in batches[consumed:]:
                 if step >= total:
                     break
                 tick = time.perf_counter()
-                lr = distill_train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
+                lr = train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 loss = trainee.forward(chunk)[0]
@@ -329,7 +428,8 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     return model
 
 
-def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict, vocab_info: dict) -> Path:
+def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict, vocab_info: dict, directory: Path,
+                 manifest: dict) -> Path:
     out = Path(cfg.export.dir) if cfg.export.dir else run / "draft"
     out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, cfg.export.dtype)
@@ -337,13 +437,16 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
     draft.float()
     load_tokenizer(cfg.target).save_pretrained(out)
     log_rows = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
-    gen_rows = [json.loads(x) for x in (run / "generate_log.jsonl").read_text().splitlines()]
+    totals = corpus.summary(manifest)
     summary = {
         "target": cfg.target,
         "answers": len(data["input_ids"]),
-        "answer_tokens": int(sum(len(x) for x in data["top_ids"])),
+        "answer_tokens": int(sum(len(ids) - plen for ids, plen in zip(data["input_ids"], data["prompt_len"]))),
         "answers_by_mode": {m: data["mode"].count(m) for m in sorted(set(data["mode"]))},
-        "generation_seconds": round(sum(r["seconds"] for r in gen_rows), 1),
+        "generation_seconds": round(totals["seconds"], 1),
+        "corpus": {"dir": str(directory.relative_to(REPO)) if directory.is_relative_to(REPO) else str(directory),
+                   **totals, "machines": sorted({e["machine"]["cpu"] for e in manifest["shards"]}),
+                   "precision": sorted({e["precision"] for e in manifest["shards"]})},
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
         "final_heldout": {k: v for k, v in log_rows[-1].items() if "agree" in k or "top4" in k},
@@ -402,13 +505,15 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 {usage}
 
 ## Data
-- Prompts: `treespec.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
+- Prompts: `treespec.training.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
-  sequence with MT-Bench or HumanEval. The first {summary['answers']} of them were answered.
+  sequence with MT-Bench or HumanEval. {summary['answers']} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
-  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens with the target's
-  top-{cfg['generate']['keep_top']} log-probabilities at every position ({summary['generation_seconds'] / 3600:.2f} h
-  of generation on this 2-core CPU).
+  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens, kept in the corpus
+  `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards, {summary['corpus']['bytes'] / 1e6:.1f} MB;
+  {summary['generation_seconds'] / 3600:.2f} h of generation in {', '.join(summary['corpus']['precision'])} on
+  {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
+  at every answer position were recomputed from them by teacher forcing.
 
 ## Architecture
 {architecture}
@@ -434,18 +539,21 @@ def run_stages(cfg: DictConfig) -> None:
     prompts = stage_pool(cfg, run)
     if "generate" in cfg.stages:
         stage_generate(cfg, run, prompts)
+    if not {"teacher", "vocab", "train", "export"} & set(cfg.stages):
+        return
     tokenizer = load_tokenizer(cfg.target)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if "features" in cfg.stages and cfg.draft.kind == "eagle":
-        stage_features(cfg, run, pad)
+    directory, manifest = open_run_corpus(cfg, run, tokenizer)
+    if "teacher" in cfg.stages:
+        stage_teacher(cfg, run, directory, manifest, pad)
     if not {"vocab", "train", "export"} & set(cfg.stages):
         return
-    data = load_shards(run)
+    data = load_data(cfg, run, directory, manifest)
     vocab = stage_vocab(cfg, run, data, tokenizer.eos_token_id)
     if {"train", "export"} & set(cfg.stages):
         draft = stage_train(cfg, run, data, vocab, pad)
         if "export" in cfg.stages:
-            out = stage_export(cfg, run, draft, data, json.loads((run / "vocab.json").read_text()))
+            out = stage_export(cfg, run, draft, data, json.loads((run / "vocab.json").read_text()), directory, manifest)
             log.info("draft written to %s", out)
 
 

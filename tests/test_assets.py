@@ -8,8 +8,8 @@ import torch
 import treespec
 from treespec import models
 from treespec.data import encode_prompt
-from treespec.draft_model import TreespecDraftForCausalLM
 from treespec.eagle import EagleDraftModel
+from treespec.training.draft_model import TreespecDraftForCausalLM
 
 ASSETS = Path(models.__file__).parent / "assets"
 DRAFTS = {models.PLAIN_DRAFT: TreespecDraftForCausalLM, models.DEFAULT_DRAFT: EagleDraftModel}

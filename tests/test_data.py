@@ -89,7 +89,7 @@ def test_encode_prompt_uses_the_chat_template_when_present():
 
 
 def test_heldout_pool_prompts_are_apart_from_training_and_evaluation():
-    from treespec.prompt_pool import build_prompt_pool, ngram_overlaps
+    from treespec.training.prompt_pool import build_prompt_pool, ngram_overlaps
 
     held = data.load_prompts("pool", limit=50)
     assert len(held) == 50 and len({p.text for p in held}) == 50 and held[0].id == "pool/0"

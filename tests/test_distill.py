@@ -1,6 +1,7 @@
 """Self-distillation: data records, vocabulary, loss, and a smoke run of experiments/train_draft.py."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -12,8 +13,8 @@ import torch
 from conftest import tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from treespec import distill_data, distill_train
 from treespec.models import DEFAULT_TARGET, load_model, load_tokenizer
+from treespec.training import corpus, distill_data, train
 
 ROOT = Path(__file__).parents[1]
 
@@ -65,31 +66,31 @@ def test_distillation_loss_learns_a_tiny_target():
     shard = {k: [r[k] for r in records] for k in records[0]}
     shard["mode"] = ["t1"] * len(records)
     vocab = list(range(32))
-    draft = distill_train.init_draft_from_target(target, vocab, init_layers=[0], embed_rank=8)
-    examples = distill_train.make_examples(shard, vocab, max_len=64)
-    batch = distill_train.collate(examples, pad_id=0)
+    draft = train.init_draft_from_target(target, vocab, init_layers=[0], embed_rank=8)
+    examples = train.make_examples(shard, vocab, max_len=64)
+    batch = train.collate(examples, pad_id=0)
     assert batch.rows.shape[0] == batch.top_ids.shape[0] == sum(len(e.top_ids) for e in examples)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=3e-3)
     losses = []
     for _ in range(30):
-        loss, _, _ = distill_train.distill_loss(draft, batch)
+        loss, _, _ = train.distill_loss(draft, batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
     def score(chunk):
-        batch = distill_train.collate(chunk, pad_id=0)
-        return distill_train.distill_loss(draft, batch)[1], batch.top_ids
+        batch = train.collate(chunk, pad_id=0)
+        return train.distill_loss(draft, batch)[1], batch.top_ids
 
-    metrics = distill_train.agreement(score, examples)
+    metrics = train.agreement(score, examples)
     assert 0 <= metrics["agree_top1"] <= metrics["target_in_top4"] <= 1
 
 
 def test_cosine_schedule():
-    assert distill_train.cosine_lr(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
-    assert distill_train.cosine_lr(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
-    assert distill_train.cosine_lr(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+    assert train.cosine_lr(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
+    assert train.cosine_lr(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
+    assert train.cosine_lr(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,8 @@ def _train_draft(run_dir, target_dir, *overrides):
             "pool.size=6", "generate.max_new_tokens=6", "generate.batch_size=3", "generate.shard_prompts=3",
             "vocab.size=300", "draft.init_layers=[0]", "draft.embed_rank=8", "train.tokens_per_batch=512",
             "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1", "threads=1", *overrides]
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)  # this checkout's treespec
 
 
 def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
@@ -120,7 +122,9 @@ def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
     first = _train_draft(run, tiny_target_dir, "train.max_steps=3")
     assert first.returncode == 0, first.stderr[-3000:]
     assert len((run / "prompts.jsonl").read_text().splitlines()) == 6
-    assert len(list((run / "shards").glob("shard_*.pt"))) == 2
+    manifest = json.loads((run / "corpus" / "manifest.json").read_text())  # a path target: the corpus is the run's own
+    assert [e["file"] for e in manifest["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
+    assert len(list((run / "teacher").glob("*.pt"))) == 2
     vocab = json.loads((run / "vocab.json").read_text())
     assert vocab["size"] <= 300 and 0 < vocab["answer_token_coverage"] <= 1
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -141,7 +145,7 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     run = tmp_path / "run"
     result = _train_draft(run, tiny_target_dir, "draft.kind=eagle", "train.max_steps=3")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(list((run / "features").glob("features_*.pt"))) == 2
+    assert len(list((run / "teacher").glob("*.top20.features.pt"))) == 2
     head = load_model(run / "draft")
     assert type(head).__name__ == "EagleDraftModel"
     card = (run / "draft" / "README.md").read_text()
@@ -157,12 +161,102 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     # a second run starts from that head and trains one tree level down as well
     second = tmp_path / "second"
     second.mkdir()
-    for name in ("prompts.jsonl", "generate_log.jsonl", "vocab.json"):
+    for name in ("prompts.jsonl", "vocab.json"):
         (second / name).write_bytes((run / name).read_bytes())
-    for name in ("shards", "features"):
-        (second / name).symlink_to(run / name)
+    (second / "teacher").symlink_to(run / "teacher")
     result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=2",
-                          f"draft.init_from={run / 'draft'}")
+                          f"draft.init_from={run / 'draft'}", f"corpus.dir={run / 'corpus'}")
     assert result.returncode == 0, result.stderr[-3000:]
     card = (second / "draft" / "README.md").read_text()
     assert f"Started from the trained draft `{run / 'draft'}`" in card and "one tree level down" in card
+
+
+def test_teacher_pass_recomputes_the_generation_time_targets():
+    target = tiny_model("llama", seed=0)
+    prompts = [[5, 6, 7], [9, 1], [3, 3, 3, 3, 8]]
+    records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=7, keep_top=4,
+                                        eos_token_id=None, pad_token_id=0)
+    out = distill_data.teacher_pass(target, [r["input_ids"] for r in records], [r["prompt_len"] for r in records],
+                                    keep_top=4, features=True, tokens_per_batch=16)
+    features = distill_data.target_features(target, [r["input_ids"] for r in records])
+    for record, ids, logprobs, feature, direct in zip(records, out.top_ids, out.top_logprobs, out.features, features):
+        assert torch.equal(ids, record["top_ids"])
+        torch.testing.assert_close(logprobs.float(), record["top_logprobs"].float(), atol=2e-3, rtol=1e-3)
+        torch.testing.assert_close(feature, direct)
+
+
+def test_generate_answers_cut_at_eos_like_answer_batch():
+    target = tiny_model("llama", seed=0)
+    prompts = [[5, 6, 7], [9, 1]]
+    free = distill_data.generate_answers(target, prompts, temperature=0.0, max_new_tokens=8, eos_token_id=None,
+                                         pad_token_id=0)
+    eos = free[0][2]
+    cut = distill_data.generate_answers(target, prompts, temperature=0.0, max_new_tokens=8, eos_token_id=eos, pad_token_id=0)
+    records = distill_data.answer_batch(target, prompts, temperature=0.0, max_new_tokens=8, keep_top=2, eos_token_id=eos,
+                                        pad_token_id=0)
+    assert cut[0] == free[0][:3] and [r["input_ids"][r["prompt_len"]:].tolist() for r in records] == cut
+
+
+def test_compare_precision_measures_agreement_with_the_reference():
+    target = tiny_model("llama", seed=0)
+    prompts = [[5, 6, 7], [9, 1], [4]]
+    same = distill_data.generate_answers(target, prompts, temperature=0.0, max_new_tokens=6, eos_token_id=None,
+                                         pad_token_id=0)
+    stats, redone = distill_data.compare_precision(target, prompts, same, max_new_tokens=6, eos_token_id=None, pad_token_id=0)
+    assert redone == same
+    assert stats == {"prompts": 3, "identical_answers": 3, "mean_common_prefix": 1.0, "answer_tokens": 18,
+                     "teacher_forced_agreement": 1.0}
+    other = [[(t + 1) % 64 for t in a] for a in same]  # every token differs from the reference's argmax
+    stats, redone = distill_data.compare_precision(target, prompts, other, max_new_tokens=6, eos_token_id=None, pad_token_id=0)
+    assert redone == same and stats["identical_answers"] == 0 and stats["teacher_forced_agreement"] == 0.0
+
+
+def _generate_in_process(run, target_dir, corpus_dir, *overrides):
+    """train_draft's pool and generate stages in this process (a session adding to the corpus)."""
+    import train_draft
+    from omegaconf import OmegaConf
+
+    defaults = OmegaConf.load(ROOT / "conf/train_draft.yaml")
+    del defaults["defaults"], defaults["hydra"]
+    cfg = OmegaConf.merge(OmegaConf.structured(train_draft.TrainDraftSchema), defaults,
+                          OmegaConf.from_dotlist([f"target={target_dir}", f"corpus.dir={corpus_dir}", "pool.size=9",
+                                                  "generate.max_new_tokens=5", "generate.batch_size=4",
+                                                  "generate.shard_prompts=3", *overrides]))
+    run.mkdir(exist_ok=True)
+    train_draft.stage_generate(cfg, run, train_draft.stage_pool(cfg, run))
+    return json.loads((corpus_dir / "manifest.json").read_text())
+
+
+def test_generation_appends_across_sessions_and_regenerates_an_interrupted_shard(tmp_path, tiny_target_dir):
+    store = tmp_path / "corpus"
+    first = _generate_in_process(tmp_path / "a", tiny_target_dir, store, "generate.prompts=3", "generate.dtype=float32")
+    assert [e["file"] for e in first["shards"]] == ["p000000-000003.npz"]
+    entry = first["shards"][0]
+    assert entry["precision"] == "float32" and entry["precision_check"] is None and entry["max_new_tokens"] == 5
+    assert entry["machine"]["cpu"] and entry["date"].endswith("Z") and entry["config"]["generate"]["prompts"] == 3
+    assert sum(m["answers"] for m in entry["sampling"].values()) == 3
+
+    # the next session asks for the whole pool in bf16: the first shard is kept, two are appended
+    second = _generate_in_process(tmp_path / "b", tiny_target_dir, store, "generate.dtype=bfloat16", "generate.bf16_check=2")
+    assert second["shards"][0] == entry
+    assert [e["file"] for e in second["shards"]] == ["p000000-000003.npz", "p000003-000006.npz", "p000006-000009.npz"]
+    for added in second["shards"][1:]:
+        check = added["precision_check"]
+        greedy = added["sampling"]["greedy"]["answers"]
+        assert added["precision"] == "bfloat16"
+        if greedy:
+            assert check["prompts"] == min(2, greedy) and 0 <= check["teacher_forced_agreement"] <= 1
+        else:
+            assert check is None
+
+    # a session dies after writing a shard file but before recording it, and a recorded shard gets damaged
+    middle = store / "p000003-000006.npz"
+    middle.write_bytes(middle.read_bytes()[:-3])
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["shards"] = manifest["shards"][:2]
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    third = _generate_in_process(tmp_path / "c", tiny_target_dir, store, "generate.dtype=float32")
+    assert [e["file"] for e in third["shards"]] == ["p000000-000003.npz", "p000003-000006.npz", "p000006-000009.npz"]
+    assert third["shards"][0] == entry and all(e["precision"] == "float32" for e in third["shards"][1:])
+    for e in third["shards"]:
+        assert corpus.verify_entry(store, e) is None

@@ -6,8 +6,8 @@ from conftest import tiny_model
 from transformers import AutoModelForCausalLM
 
 import treespec
-from treespec.distill_train import init_draft_from_target
-from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
+from treespec.training.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
+from treespec.training.train import init_draft_from_target
 
 
 def small_draft(output_ids, vocab=64, seed=0):

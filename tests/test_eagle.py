@@ -5,17 +5,18 @@ import torch
 from conftest import tiny_model
 
 import treespec
-from treespec import distill_data, distill_train, policies
+from treespec import policies
 from treespec.draft import StepOutcome
 from treespec.eagle import EagleDrafter, causal_mask
 from treespec.errors import ConfigError
+from treespec.training import distill_data, train
 
 
 @pytest.fixture(scope="module")
 def target_and_head():
     target = tiny_model("llama", seed=0, layers=2)
     torch.manual_seed(5)
-    head = distill_train.init_eagle_from_target(target, list(range(0, 64, 2)))
+    head = train.init_eagle_from_target(target, list(range(0, 64, 2)))
     with torch.no_grad():  # move away from the identity-like init so that bookkeeping errors show
         for p in head.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -75,16 +76,16 @@ def test_eagle_training_pieces_learn(unroll):
     shard["mode"] = ["t1"] * len(records)
     features = distill_data.target_features(target, shard["input_ids"])
     vocab = list(range(32))
-    examples = distill_train.make_examples(shard, vocab, max_len=64)
-    batch = distill_train.collate_eagle(examples, [features[e.index] for e in examples], pad_id=0)
+    examples = train.make_examples(shard, vocab, max_len=64)
+    batch = train.collate_eagle(examples, [features[e.index] for e in examples], pad_id=0)
     assert batch.features.shape[:2] == batch.input_ids.shape and batch.rows[:, 1].max() < batch.input_ids.shape[1]
-    head = distill_train.init_eagle_from_target(target, vocab)
+    head = train.init_eagle_from_target(target, vocab)
     embed = target.get_input_embeddings()
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     losses = []
     for _ in range(25):
-        loss, _, parts = distill_train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
-                                                  generator=torch.Generator().manual_seed(0))
+        loss, _, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
+                                          generator=torch.Generator().manual_seed(0))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -98,8 +99,8 @@ def test_second_unrolled_level_is_what_a_depth_2_node_computes(target_and_head):
     features = _features(target, tokens)  # F_i: the target's feature at token i
     embeds = target.get_input_embeddings()(torch.tensor([tokens[1:]]))
     with torch.no_grad():
-        first, second = distill_train.eagle_hidden(head, features[None, :-1], embeds, torch.tensor([len(tokens) - 1]),
-                                                   unroll=2)
+        first, second = train.eagle_hidden(head, features[None, :-1], embeds, torch.tensor([len(tokens) - 1]),
+                                           unroll=2)
         for j in (1, 3, 5):  # the node drafted for x_{j+1} below a root x_j
             drafter = EagleDrafter(head, target, 64)
             drafter.reset(tokens[: j + 1], features[:j])

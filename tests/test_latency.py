@@ -36,10 +36,10 @@ def test_invalid_profiles():
 def test_an_eagle_head_is_timed_through_its_drafter():
     import torch
 
-    from treespec import distill_train
+    from treespec.training import train
 
     target = tiny_model("llama", seed=0)
     torch.manual_seed(0)
-    head = distill_train.init_eagle_from_target(target, list(range(0, 64, 2)))
+    head = train.init_eagle_from_target(target, list(range(0, 64, 2)))
     profile = measure_latency(target, head, sizes=(2,), prefix_len=12, repeats=2, warmup=1)
     assert profile.draft_ms > 0 and sorted(profile.target_ms) == [1, 2]

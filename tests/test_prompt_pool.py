@@ -1,23 +1,23 @@
-"""Tests for treespec.prompt_pool: determinism, uniqueness, category mix, and disjointness from the
+"""Tests for treespec.training.prompt_pool: determinism, uniqueness, category mix, and disjointness from the
 evaluation sets (MT-Bench questions and HumanEval prompts)."""
 
 from __future__ import annotations
 
 import doctest
 import gzip
+import hashlib
 import importlib.util
 import json
 import random
 import re
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from treespec import prompt_pool as pp
-from treespec.prompt_pool import CATEGORIES, PoolPrompt, build_prompt_pool, ngram_overlaps
+from treespec.training import prompt_pool as pp
+from treespec.training.prompt_pool import CATEGORIES, PoolPrompt, build_prompt_pool, ngram_overlaps
 
 POOL_SIZE = 20_000
 
@@ -117,11 +117,46 @@ def test_thirty_thousand_prompts_can_be_built():
     assert min(shares.values()) == max(shares.values()) == 3_000
 
 
-def test_twenty_thousand_build_quickly():
-    build_prompt_pool(10, seed=0)  # warm the template catalog
-    start = time.perf_counter()
-    build_prompt_pool(POOL_SIZE, seed=11)
-    assert time.perf_counter() - start < 6.0  # about 1 s here; the contract says under ~3 s
+def test_building_renders_only_the_requested_prompts(monkeypatch):
+    """The work is proportional to n (no rendering of whole families to sample from), which is what keeps a
+    20,000-prompt pool at about a second; counted, not timed, so load cannot fail it."""
+    pp._catalog()  # built once and cached
+    calls = []
+    render = pp._render
+    monkeypatch.setattr(pp, "_render", lambda family, index, rng: calls.append(index) or render(family, index, rng))
+    build_prompt_pool(2_000, seed=11)
+    assert len(calls) == 2_000
+
+
+def _digest(prompts: list[PoolPrompt]) -> str:
+    h = hashlib.sha256()
+    for p in prompts:
+        h.update(p.category.encode() + b"\x00" + p.text.encode() + b"\x01")
+    return h.hexdigest()
+
+
+def test_pool_text_is_pinned(pool):
+    """The pool is a reproducibility contract (the default draft was trained on build_prompt_pool(12000, 0),
+    data.py holds out seed 1 against it): moving or editing the template data must not change a byte."""
+    assert pool[1] == PoolPrompt("Write a persuasive letter to the editor arguing that everyone should learn basic first "
+                                 "aid. Use a warm, friendly tone.", "writing")
+    assert pool[2].text.startswith("You have 34 marbles that look identical, but one is slightly heavier")
+    assert pool[0].text.endswith("now serves customers in 34 countries.") and pool[0].category == "extraction"
+    assert _digest(pool) == "7545560905e3eb0070a97b1b9917f0d1648c1021817206a47b3b5f4ed170aafd"
+    assert _digest(build_prompt_pool(12_000, seed=0)) == "1a4619259ca3535fb2ba1b329d28edcbbdbd7c582f11dedfba67367ebf243628"
+
+
+def test_every_family_is_pinned():
+    """Four renders of every family (first, a third, half, last index), so every template and list is covered."""
+    rng, h, count = random.Random(0), hashlib.sha256(), 0
+    for families in pp._catalog().values():
+        for family in families:
+            for i in sorted({0, family.size // 3, family.size // 2, family.size - 1}):
+                h.update(pp._render(family, i, rng).encode() + b"\x01")
+                count += 1
+    assert pp.pool_capacity() == 798_549
+    assert count == 552
+    assert h.hexdigest() == "ff39c31d574dcb2185356115498510e913d8ccb2f8f441cef0832dec9884c519"
 
 
 def test_too_many_prompts_raises_with_the_capacity():
@@ -221,3 +256,26 @@ def test_no_humaneval_entry_point_is_defined(pool):
     assert not entry_points & {spec.name for spec in pp.FUNCTIONS}
     defined = set().union(*(_defined_functions(p.text) for p in pool if p.category == "code_completion"))
     assert defined and not defined & entry_points
+
+
+# --- the template data file ------------------------------------------------------------------------
+
+
+def test_template_lists_come_from_the_data_file_and_every_list_is_used():
+    import yaml
+
+    raw = yaml.safe_load(pp.TEMPLATES_FILE.read_text(encoding="utf-8"))
+    lists = vars(pp._lists())
+    assert set(raw) <= set(lists) and lists["names"] == tuple(raw["names"])
+    source = Path(pp.__file__).read_text()
+    referenced = {key for key in lists if f"L.{key}" in source}
+    referenced |= {kind["values"] for kind in raw["extraction_kinds"]} | {"personas", "advisors"}  # resolved by the loader
+    assert set(raw) - referenced == set(), "lists in prompt_templates.yaml that no template reads"
+    assert all(isinstance(v, tuple) for v in lists.values())  # immutable, as the Python tuples were
+
+
+def test_template_data_file_is_package_data():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["treespec.training"]
+    assert any(pp.TEMPLATES_FILE.match(g) for g in globs)

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError, MissingAssetError
 from treespec.models import asset_package_dir, install_hint
-from treespec.prompt_pool import build_prompt_pool
+from treespec.training.prompt_pool import build_prompt_pool
 
 _MTBENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 _HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
@@ -58,7 +58,7 @@ def humaneval() -> list[Prompt]:
 
 
 def heldout_pool(n: int = 200) -> list[Prompt]:
-    """n template prompts (treespec.prompt_pool, seed 1) that are not among the default draft's training
+    """n template prompts (treespec.training.prompt_pool, seed 1) that are not among the default draft's training
     prompts, nor MT-Bench or HumanEval: for measuring acceptance apart from the evaluation sets."""
     training = {p.text for p in build_prompt_pool(**DRAFT_TRAINING_POOL)}
     candidates = build_prompt_pool(n + n // 2 + 50, seed=HELDOUT_POOL_SEED)

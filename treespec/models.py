@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from treespec import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
 from treespec import eagle as _eagle  # noqa: F401  (registers the EAGLE head)
 from treespec.errors import ConfigError, MissingAssetError
+from treespec.training import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2.yaml's draft

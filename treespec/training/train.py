@@ -1,4 +1,5 @@
-"""Train a `TreespecDraftForCausalLM` to imitate a target from self-distillation shards (distill_data.py).
+"""Train a draft (the plain `TreespecDraftForCausalLM` or the EAGLE head) to imitate a target from self-distillation
+records: the corpus's answers with the target's top-k recomputed by `distill_data.teacher_pass`.
 
 Loss at every answer position: cross-entropy of the draft's distribution over its reduced vocabulary
 against the target's top-k distribution (renormalised over the top-k tokens the draft can emit), i.e.
@@ -17,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from treespec.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
 from treespec.mask import additive
+from treespec.training.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
 
 
 def init_draft_from_target(
