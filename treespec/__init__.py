@@ -6,6 +6,7 @@
 
 from treespec import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
 from treespec import policies
+from treespec.batch import generate_batch
 from treespec.engine import Generation, StepStats, autoregressive, generate
 from treespec.errors import ConfigError, MissingAssetError, TreespecError
 from treespec.optimizer import choose_tree_size, expected_tokens, sequoia_tree
@@ -22,6 +23,7 @@ __all__ = [
     "choose_tree_size",
     "expected_tokens",
     "generate",
+    "generate_batch",
     "policies",
     "sequoia_tree",
 ]
