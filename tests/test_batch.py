@@ -2,6 +2,8 @@
 batched drafters equal the single ones, the padded cache equals a rebuilt one, and sampling is lossless per row."""
 
 import copy
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -307,3 +309,14 @@ def test_batched_sampling_is_lossless_per_row(small_pair, name):
     assert counts[:, EOS, V].min() > 20, "some rows should stop at EOS while others continue"
     for b, prompt in enumerate(LOSSLESS_PROMPTS):
         assert chi2_pvalue(counts[b], exact_outcomes(target, prompt, sampling)) > 1e-3, f"row {b}"
+
+
+def test_readme_batches_example_runs():
+    """The README's "Batches" example runs as written, after the API example it builds on."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    api = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)[0]
+    batches = re.findall(r"```python\n(.*?)```", text.split("## Batches", 1)[1], flags=re.DOTALL)[0]
+    namespace: dict = {}
+    exec(compile(api, "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(batches, "README.md", "exec"), namespace)  # noqa: S102
+    assert len(namespace["outs"]) == 3
