@@ -211,12 +211,12 @@ class BatchEagleDrafter(_BatchTreeDrafter):
             if request and len(request[0]):
                 features[b, : len(request[0])] = torch.stack([self._hidden[b][p] for p in request[2]])
         hidden = self._node_pass(requests, features)  # [B, M, H]
+        logits = self._logits(hidden)  # [B, M, V]
         out = []
         for b, request in enumerate(requests):
-            m = len(request[0]) if request else 0
             for j, node in enumerate(request[0] if request else ()):
                 self._hidden[b][node] = hidden[b, j]
-            out.append(self._logits(hidden[b, :m]))
+            out.append(logits[b, : len(request[0]) if request else 0])
         return out
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
