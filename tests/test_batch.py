@@ -335,3 +335,15 @@ def test_readme_batches_example_runs():
     exec(compile(api, "README.md", "exec"), namespace)  # noqa: S102
     exec(compile(batches, "README.md", "exec"), namespace)  # noqa: S102
     assert len(namespace["outs"]) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batched_rows_on_the_gpu():
+    target = tiny_model("llama", seed=0).cuda()
+    for draft in (noisy_copy(target, 0.3, seed=5), eagle_head(target).cuda()):
+        _same_as_single(target, draft, PROMPTS, TREES["kary"], max_new_tokens=16)
+        _same_as_single(target, draft, PROMPTS, TREES["dynamic"], max_new_tokens=16, temperature=0.8, seed=3)
+    half, half_draft = copy.deepcopy(target).to(torch.bfloat16), noisy_copy(target, 0.3, seed=5).to(torch.bfloat16)
+    outs = treespec.generate_batch(half, half_draft, PROMPTS, tree=TREES["kary"], max_new_tokens=16, temperature=0.7,
+                                   top_p=0.9, seed=0)
+    assert [len(o.tokens) for o in outs] == [16] * len(PROMPTS) and all(0 <= t < 64 for o in outs for t in o.tokens)
