@@ -146,7 +146,11 @@ def test_rows_stop_at_eos_mid_tree_while_others_continue(arch_models, drafter):
 def test_seeded_sampling_row_draws_like_its_single_prompt_run(drafter, tree):
     target = tiny_model("llama", seed=0, sharpness=8.0)
     draft = noisy_copy(target, 0.3, seed=5) if drafter == "lm" else eagle_head(target)
-    _same_as_single(target, draft, PROMPTS, TREES[tree], max_new_tokens=16, temperature=0.8, top_p=0.9, seed=7)
+    kwargs = dict(max_new_tokens=16, temperature=0.8, top_p=0.9, seed=7)
+    eos, _ = _eos_that_stops_only_row_0([o.tokens for o in treespec.generate_batch(target, draft, PROMPTS,
+                                                                                   tree=TREES[tree], **kwargs)])
+    batch = _same_as_single(target, draft, PROMPTS, TREES[tree], eos_token_id=eos, **kwargs)
+    assert {o.stop_reason for o in batch} == {"eos", "max_new_tokens"}
 
 
 def _layers(cache):
