@@ -22,6 +22,7 @@ alone, so its output is distributed as the target's; greedy rows equal `treespec
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -53,7 +54,8 @@ class _RowProbs:
 
 
 def _generators(seed, rows: int, device: torch.device) -> list[torch.Generator]:
-    if seed is not None and not isinstance(seed, int):
+    """One generator per row: seed s gives row b the seed s + b, a sequence one seed per row, None fresh entropy."""
+    if seed is not None and not isinstance(seed, numbers.Integral):
         seeds = [int(s) for s in seed]
         if len(seeds) != rows:
             raise ConfigError(f"seed lists {len(seeds)} seeds for {rows} prompts")
@@ -88,7 +90,8 @@ class BatchDecoder:
         if isinstance(prompts, torch.Tensor) or not len(prompts):
             raise ConfigError("prompts must be a non-empty list of token-id lists")
         self.prompts = [_prompt_list(p) for p in prompts]
-        needs_draft = [_validate(target, draft, self.policy, p, max_new_tokens) for p in self.prompts][0]
+        for prompt in self.prompts:  # the same answer for every prompt: whether the policy needs the draft
+            needs_draft = _validate(target, draft, self.policy, prompt, max_new_tokens)
         self.target, self.max_new_tokens = target, int(max_new_tokens)
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
