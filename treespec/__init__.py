@@ -5,6 +5,7 @@
 """
 
 from treespec import policies
+from treespec.batch import generate_batch
 from treespec.engine import Generation, StepStats, autoregressive, generate
 from treespec.errors import ConfigError, MissingAssetError, TreespecError
 from treespec.optimizer import expected_tokens, sequoia_tree
@@ -24,6 +25,7 @@ __all__ = [
     "choose_tree_size",
     "expected_tokens",
     "generate",
+    "generate_batch",
     "plan_tree",
     "policies",
     "sequoia_tree",

@@ -109,3 +109,49 @@ def commit(cache: Cache, prefix_len: int, kept: Sequence[int]) -> None:
             layer.truncate(new_len)
         else:
             layer.keys, layer.values = keys[..., :new_len, :], values[..., :new_len, :]
+
+
+def commit_rows(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequence[int]]) -> list[int]:
+    """`commit` for a right-padded batch: row b keeps its slots [0, lengths[b]) and moves slot start + kept[b][j]
+    to lengths[b] + j (kept[b] ascending); the cache keeps the longest row. Returns the new lengths [B]."""
+    rows = len(lengths)
+    new_lengths = [int(lengths[b]) + len(kept[b]) for b in range(rows)]
+    width = max((len(k) for k in kept), default=0)
+    source = torch.empty(rows, width, dtype=torch.long)
+    target = torch.empty(rows, width, dtype=torch.long)
+    for b in range(rows):
+        if int(lengths[b]) > start:
+            raise ValueError(f"row {b} holds {lengths[b]} tokens, more than the {start} slots before the tree")
+        target[b] = int(lengths[b]) + torch.arange(width)
+        source[b] = target[b]  # padding entries copy a slot past the row's new length onto itself
+        source[b, : len(kept[b])] = start + torch.as_tensor(list(kept[b]), dtype=torch.long)
+    length = max(new_lengths, default=0)
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
+            continue
+        keys, values = layer.keys, layer.values
+        if width:
+            heads, dim = keys.shape[1], keys.shape[-1]
+            src = source.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
+            dst = target.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
+            keys.scatter_(2, dst, keys.gather(2, src))
+            values.scatter_(2, dst, values.gather(2, src))
+        if isinstance(layer, PreallocatedLayer):
+            layer.truncate(length)
+        else:
+            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+    return new_lengths
+
+
+def select_rows(cache: Cache, rows: Sequence[int]) -> None:
+    """Keep only the batch rows `rows` (in that order), in place; the other rows stop costing work."""
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False) or layer.keys is None:
+            continue
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=layer.keys.device)
+        if isinstance(layer, PreallocatedLayer):
+            layer.key_buffer = layer.key_buffer.index_select(0, index)
+            layer.value_buffer = layer.value_buffer.index_select(0, index)
+            layer.truncate(layer.length)
+        else:
+            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)

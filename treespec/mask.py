@@ -49,3 +49,29 @@ def flatten(tokens: torch.Tensor, parents: Sequence[int], depths: Sequence[int],
     visible[:, prefix_len:] = ancestors(parents)
     positions = prefix_len + torch.as_tensor(depths, dtype=torch.long)
     return FlatTree(tokens.view(1, n), positions.view(1, n).to(device), additive(visible.to(device), dtype))
+
+
+def flatten_batch(tokens: torch.Tensor, parents: Sequence[Sequence[int]], depths: Sequence[Sequence[int]],
+                  lengths: Sequence[int], start: int, dtype: torch.dtype) -> FlatTree:
+    """Inputs for one target pass over B trees on top of a right-padded cache of `start` slots.
+
+    tokens [B, N]: row b's tree in its first N_b = len(parents[b]) entries, anything after (padding nodes).
+    Row b holds `lengths[b]` tokens in cache slots [0, lengths[b]) (the rest up to `start` is padding). Its
+    node i sits at slot start + i and position lengths[b] + depths[b][i], and sees slots [0, lengths[b])
+    and exactly its ancestors-or-self; a padding node sees only itself. Returns [B, N] ids and positions
+    and a [B, 1, N, start + N] additive mask.
+    """
+    rows, n = tokens.shape
+    visible = torch.zeros(rows, n, start + n, dtype=torch.bool)
+    positions = torch.empty(rows, n, dtype=torch.long)
+    for b in range(rows):
+        size, length = len(parents[b]), int(lengths[b])
+        if not 0 < size <= n or length > start:
+            raise ValueError(f"row {b}: a tree of {size} nodes over {length} cached tokens does not fit [{n}, {start}]")
+        visible[b, :size, :length] = True
+        visible[b, :size, start:start + size] = ancestors(parents[b])
+        visible[b, size:, start + size:] = torch.eye(n - size, dtype=torch.bool)
+        positions[b, :size] = length + torch.as_tensor(depths[b], dtype=torch.long)
+        positions[b, size:] = length
+    device = tokens.device
+    return FlatTree(tokens, positions.to(device), additive(visible.to(device), dtype))

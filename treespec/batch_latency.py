@@ -1,0 +1,166 @@
+"""Measure what a batch costs: t(B, n), one target pass over B rows of n tree tokens each, and the draft's
+cost for B frontiers, as `generate_batch` runs them.
+
+A target pass is timed as the batched engine makes it (`mask.flatten_batch` over a right-padded cache of
+B rows of `prefix_len` tokens, a chain of n nodes per row, logits for all B * n nodes) and then undone.
+A draft step is one tree level of one node per row through the batched drafter (so an EAGLE head is
+timed as it drafts, mask building included). Measurements are interleaved (every repeat times every
+(B, n) once) and summarised by medians. `BatchLatencyProfile.at_batch(B)` is a plain `LatencyProfile`
+(t(n) and c relative to the B-row 1-token pass), the input of the hardware-aware tree choice at that B.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from transformers import PreTrainedModel
+
+from treespec.batch_draft import make_batch_drafter
+from treespec.cache import commit_rows, new_cache
+from treespec.errors import ConfigError
+from treespec.latency import LatencyProfile
+from treespec.mask import flatten_batch
+
+
+@dataclass(frozen=True)
+class BatchLatencyProfile:
+    target_ms: dict[int, dict[int, float]]  # [B][n]: median ms of a target pass over B rows of n tree tokens
+    draft_ms: dict[int, float]  # [B]: median ms of one draft level of one node per row (empty: no draft)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted(self.target_ms)
+
+    def at_batch(self, batch: int) -> LatencyProfile:
+        """The profile for batch size `batch`: t(n) and c relative to that batch's 1-token pass."""
+        if batch not in self.target_ms:
+            raise ConfigError(f"batch size {batch} was not measured (measured: {self.batch_sizes})")
+        return LatencyProfile(dict(self.target_ms[batch]), self.draft_ms.get(batch, 0.0),
+                              {**self.settings, "batch_size": batch})
+
+    def per_row_ms(self) -> dict[int, dict[int, float]]:
+        """[B][n]: ms of a pass per row, the price of a tree of n nodes for one sequence in a batch of B."""
+        return {b: {n: ms / b for n, ms in row.items()} for b, row in sorted(self.target_ms.items())}
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["target_ms"] = {int(b): {int(n): round(v, 4) for n, v in row.items()} for b, row in self.target_ms.items()}
+        data["draft_ms"] = {int(b): round(v, 4) for b, v in self.draft_ms.items()}
+        return data
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchLatencyProfile:
+        try:
+            target_ms = {int(b): {int(n): float(v) for n, v in row.items()} for b, row in data["target_ms"].items()}
+            if not target_ms or any(1 not in row for row in target_ms.values()):
+                raise KeyError("target_ms[B][1]")
+            draft_ms = {int(b): float(v) for b, v in (data.get("draft_ms") or {}).items()}
+            return cls(target_ms, draft_ms, dict(data.get("settings") or {}))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ConfigError(f"not a batch latency profile (needs target_ms[B] with n = 1 for every B): {err}") from err
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> BatchLatencyProfile:
+        return cls.from_dict(yaml.safe_load(Path(path).read_text()))
+
+
+def _synchronise(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_pass(model: PreTrainedModel, cache, rows: int, prefix_len: int, n: int, generator: torch.Generator) -> float:
+    """Seconds for one forward of `rows` chains of n tree tokens on top of the cache, then undo it."""
+    device = next(model.parameters()).device
+    vocab = model.config.get_text_config().vocab_size
+    tokens = torch.randint(0, vocab, (rows, n), generator=generator).to(device)
+    parents, depths = [tuple(range(-1, n - 1))] * rows, [tuple(range(n))] * rows
+    flat = flatten_batch(tokens, parents, depths, [prefix_len] * rows, prefix_len, next(model.parameters()).dtype)
+    _synchronise(device)
+    start = time.perf_counter()
+    model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
+          cache=cache, use_cache=True)
+    _synchronise(device)
+    elapsed = time.perf_counter() - start
+    commit_rows(cache, [prefix_len] * rows, prefix_len, [[] for _ in range(rows)])
+    return elapsed
+
+
+def _timed_draft_step(drafter, prompts: list[list[int]], device: torch.device) -> float:
+    """Seconds for one draft level of one node per row after a fresh prefill of every row."""
+    drafter.reset(prompts)
+    drafter.root_logits([p[-1] for p in prompts])
+    _synchronise(device)
+    start = time.perf_counter()
+    drafter.node_logits([([1], [p[0]], [0]) for p in prompts])
+    _synchronise(device)
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def measure_batch_latency(
+    target: PreTrainedModel,
+    draft: PreTrainedModel | None,
+    *,
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
+    sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+    prefix_len: int = 400,
+    repeats: int = 7,
+    warmup: int = 2,
+    seed: int = 0,
+    settings: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BatchLatencyProfile:
+    """Median target pass times t(B, n) for every batch size and tree size, and of one batched draft step per B."""
+    batch_sizes = sorted({int(b) for b in batch_sizes})
+    sizes = sorted({int(n) for n in sizes} | {1})
+    if not batch_sizes or batch_sizes[0] < 1 or sizes[0] < 1 or prefix_len < 1 or repeats < 1:
+        raise ConfigError("batch_sizes, sizes, prefix_len and repeats must be >= 1")
+    generator = torch.Generator().manual_seed(seed)
+    device = next(target.parameters()).device
+    vocab = target.config.get_text_config().vocab_size
+    max_len = prefix_len + max(sizes)
+    caches = {}
+    for rows in batch_sizes:
+        caches[rows] = new_cache(target, max_len)
+        prefix = torch.randint(0, vocab, (rows, prefix_len), generator=generator).to(device)
+        target(input_ids=prefix, cache=caches[rows], use_cache=True)
+    drafter = make_batch_drafter(draft, target, max_len) if draft is not None else None
+    prompts = torch.randint(0, vocab, (max(batch_sizes), prefix_len), generator=generator).tolist()
+    samples: dict[int, dict[int, list[float]]] = {b: {n: [] for n in sizes} for b in batch_sizes}
+    draft_samples: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    for rep in range(warmup + repeats):
+        for rows in batch_sizes:
+            for n in sizes:
+                elapsed = _timed_pass(target, caches[rows], rows, prefix_len, n, generator)
+                if rep >= warmup:
+                    samples[rows][n].append(elapsed)
+            if drafter is not None:
+                elapsed = _timed_draft_step(drafter, prompts[:rows], device)
+                if rep >= warmup:
+                    draft_samples[rows].append(elapsed)
+        if progress is not None:
+            progress(rep)
+    info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
+            "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+    return BatchLatencyProfile(
+        {b: {n: 1000 * statistics.median(v) for n, v in row.items()} for b, row in samples.items()},
+        {b: 1000 * statistics.median(v) for b, v in draft_samples.items() if v},
+        info,
+    )
