@@ -3,10 +3,14 @@ cost for B frontiers, as `generate_batch` runs them.
 
 A target pass is timed as the batched engine makes it (`mask.flatten_batch` over a right-padded cache of
 B rows of `prefix_len` tokens, a chain of n nodes per row, logits for all B * n nodes) and then undone.
-A draft step is one tree level of one node per row through the batched drafter (so an EAGLE head is
-timed as it drafts, mask building included). Measurements are interleaved (every repeat times every
-(B, n) once) and summarised by medians. `BatchLatencyProfile.at_batch(B)` is a plain `LatencyProfile`
-(t(n) and c relative to the B-row 1-token pass), the input of the hardware-aware tree choice at that B.
+A draft step is one tree level of w nodes per row (w in `draft_widths`: c_B(w), the cost of B frontiers
+of width w) through the batched drafter (so an EAGLE head is timed as it drafts, mask building included).
+With `overheads`, the engine's own work per batched step (verification and commit of B rows, Python) is
+measured too, for a speculative and an autoregressive step (`measure_batch_overheads`). Measurements are
+interleaved (every repeat times every (B, n) once) and summarised by medians.
+`BatchLatencyProfile.at_batch(B)` is a plain `LatencyProfile` (t_B(n), c_B(w) and the overheads in ms, so
+that its `step_costs()` are relative to the B-row 1-token pass), the input of the hardware-aware tree
+choice at that B (`treespec.batch_plan.plan_for_batch`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +26,13 @@ import torch
 import yaml
 from transformers import PreTrainedModel
 
+from treespec.batch import BatchDecoder
 from treespec.batch_draft import make_batch_drafter
 from treespec.cache import commit_rows, new_cache
 from treespec.errors import ConfigError
-from treespec.latency import LatencyProfile
+from treespec.latency import LatencyProfile, planner_pass_ms
 from treespec.mask import flatten_batch
+from treespec.tree import chain
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,9 @@ class BatchLatencyProfile:
     target_ms: dict[int, dict[int, float]]  # [B][n]: median ms of a target pass over B rows of n tree tokens
     draft_ms: dict[int, float]  # [B]: median ms of one draft level of one node per row (empty: no draft)
     settings: dict[str, Any] = field(default_factory=dict)
+    draft_width_ms: dict[int, dict[int, float]] = field(default_factory=dict)  # [B][w]: a level of w nodes per row
+    overhead_ms: dict[int, float] = field(default_factory=dict)  # [B]: engine work per speculative batched step
+    baseline_overhead_ms: dict[int, float] = field(default_factory=dict)  # [B]: per autoregressive batched step
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -44,7 +53,8 @@ class BatchLatencyProfile:
         if batch not in self.target_ms:
             raise ConfigError(f"batch size {batch} was not measured (measured: {self.batch_sizes})")
         return LatencyProfile(dict(self.target_ms[batch]), self.draft_ms.get(batch, 0.0),
-                              {**self.settings, "batch_size": batch})
+                              {**self.settings, "batch_size": batch}, dict(self.draft_width_ms.get(batch, {})),
+                              self.overhead_ms.get(batch, 0.0), self.baseline_overhead_ms.get(batch, 0.0))
 
     def per_row_ms(self) -> dict[int, dict[int, float]]:
         """[B][n]: ms of a pass per row, the price of a tree of n nodes for one sequence in a batch of B."""
@@ -54,6 +64,10 @@ class BatchLatencyProfile:
         data = asdict(self)
         data["target_ms"] = {int(b): {int(n): round(v, 4) for n, v in row.items()} for b, row in self.target_ms.items()}
         data["draft_ms"] = {int(b): round(v, 4) for b, v in self.draft_ms.items()}
+        data["draft_width_ms"] = {int(b): {int(w): round(v, 4) for w, v in row.items()}
+                                  for b, row in self.draft_width_ms.items()}
+        for key in ("overhead_ms", "baseline_overhead_ms"):
+            data[key] = {int(b): round(v, 4) for b, v in getattr(self, key).items()}
         return data
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -69,7 +83,11 @@ class BatchLatencyProfile:
             if not target_ms or any(1 not in row for row in target_ms.values()):
                 raise KeyError("target_ms[B][1]")
             draft_ms = {int(b): float(v) for b, v in (data.get("draft_ms") or {}).items()}
-            return cls(target_ms, draft_ms, dict(data.get("settings") or {}))
+            widths = {int(b): {int(w): float(v) for w, v in row.items()}
+                      for b, row in (data.get("draft_width_ms") or {}).items()}
+            overheads = [{int(b): float(v) for b, v in (data.get(key) or {}).items()}
+                         for key in ("overhead_ms", "baseline_overhead_ms")]
+            return cls(target_ms, draft_ms, dict(data.get("settings") or {}), widths, *overheads)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ConfigError(f"not a batch latency profile (needs target_ms[B] with n = 1 for every B): {err}") from err
 
@@ -100,13 +118,14 @@ def _timed_pass(model: PreTrainedModel, cache, rows: int, prefix_len: int, n: in
     return elapsed
 
 
-def _timed_draft_step(drafter, prompts: list[list[int]], device: torch.device) -> float:
-    """Seconds for one draft level of one node per row after a fresh prefill of every row."""
+def _timed_draft_step(drafter, prompts: list[list[int]], device: torch.device, width: int = 1) -> float:
+    """Seconds for one draft level of `width` nodes per row (children of the root) after a fresh prefill."""
     drafter.reset(prompts)
     drafter.root_logits([p[-1] for p in prompts])
+    nodes = list(range(1, width + 1))
     _synchronise(device)
     start = time.perf_counter()
-    drafter.node_logits([([1], [p[0]], [0]) for p in prompts])
+    drafter.node_logits([(nodes, [p[i % len(p)] for i in range(width)], [0] * width) for p in prompts])
     _synchronise(device)
     return time.perf_counter() - start
 
@@ -118,22 +137,26 @@ def measure_batch_latency(
     *,
     batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
     sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+    draft_widths: Sequence[int] = (1,),
     prefix_len: int = 400,
     repeats: int = 7,
     warmup: int = 2,
     seed: int = 0,
+    overheads: bool = False,
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> BatchLatencyProfile:
-    """Median target pass times t(B, n) for every batch size and tree size, and of one batched draft step per B."""
+    """Median target pass times t(B, n) for every batch size and tree size, and of one batched draft level of
+    w nodes per row for every B and width w; with `overheads`, the engine's per-step work per B too."""
     batch_sizes = sorted({int(b) for b in batch_sizes})
     sizes = sorted({int(n) for n in sizes} | {1})
-    if not batch_sizes or batch_sizes[0] < 1 or sizes[0] < 1 or prefix_len < 1 or repeats < 1:
-        raise ConfigError("batch_sizes, sizes, prefix_len and repeats must be >= 1")
+    widths = sorted({int(w) for w in draft_widths} | {1}) if draft is not None else []
+    if not batch_sizes or batch_sizes[0] < 1 or sizes[0] < 1 or prefix_len < 1 or repeats < 1 or (widths and widths[0] < 1):
+        raise ConfigError("batch_sizes, sizes, draft widths, prefix_len and repeats must be >= 1")
     generator = torch.Generator().manual_seed(seed)
     device = next(target.parameters()).device
     vocab = target.config.get_text_config().vocab_size
-    max_len = prefix_len + max(sizes)
+    max_len = prefix_len + max(sizes + widths) + 2
     caches = {}
     for rows in batch_sizes:
         caches[rows] = new_cache(target, max_len)
@@ -142,25 +165,62 @@ def measure_batch_latency(
     drafter = make_batch_drafter(draft, target, max_len) if draft is not None else None
     prompts = torch.randint(0, vocab, (max(batch_sizes), prefix_len), generator=generator).tolist()
     samples: dict[int, dict[int, list[float]]] = {b: {n: [] for n in sizes} for b in batch_sizes}
-    draft_samples: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    draft_samples: dict[int, dict[int, list[float]]] = {b: {w: [] for w in widths} for b in batch_sizes}
     for rep in range(warmup + repeats):
         for rows in batch_sizes:
             for n in sizes:
                 elapsed = _timed_pass(target, caches[rows], rows, prefix_len, n, generator)
                 if rep >= warmup:
                     samples[rows][n].append(elapsed)
-            if drafter is not None:
-                elapsed = _timed_draft_step(drafter, prompts[:rows], device)
+            for w in widths:
+                elapsed = _timed_draft_step(drafter, prompts[:rows], device, w)
                 if rep >= warmup:
-                    draft_samples[rows].append(elapsed)
+                    draft_samples[rows][w].append(elapsed)
         if progress is not None:
             progress(rep)
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
             "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
-    return BatchLatencyProfile(
+    width_ms = {b: {w: 1000 * statistics.median(v) for w, v in row.items()} for b, row in draft_samples.items() if widths}
+    profile = BatchLatencyProfile(
         {b: {n: 1000 * statistics.median(v) for n, v in row.items()} for b, row in samples.items()},
-        {b: 1000 * statistics.median(v) for b, v in draft_samples.items() if v},
+        {b: row[1] for b, row in width_ms.items()},
         info,
+        width_ms,
     )
+    if overheads:
+        measured = {b: measure_batch_overheads(target, draft, profile, b, prefix_len=prefix_len, seed=seed)
+                    for b in batch_sizes}
+        profile = replace(profile, overhead_ms={b: o for b, (o, _) in measured.items()},
+                          baseline_overhead_ms={b: o1 for b, (_, o1) in measured.items()})
+    return profile
+
+
+@torch.inference_mode()
+def measure_batch_overheads(target: PreTrainedModel, draft: PreTrainedModel | None, profile: BatchLatencyProfile,
+                            batch: int, *, prefix_len: int = 400, steps: int = 12, seed: int = 0) -> tuple[float, float]:
+    """(o_B, o_B,1) in ms: the batched engine's own work per step at batch size `batch` (verifying and committing
+    B rows, Python), as `generate_batch`'s mean step time minus the pass times `profile.at_batch(batch)` predicts:
+    a chain of 2 with the draft (speculative) and autoregressive. Random prompts make acceptance rare and no row
+    stops early (no EOS), so every step runs all B rows and drafts the whole chain."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    vocab = target.config.get_text_config().vocab_size
+    prompts = torch.randint(0, vocab, (batch, prefix_len), generator=generator).tolist()
+
+    def mean_step_ms(tree) -> float:
+        for tokens in (3, steps):  # the first call warms up
+            decoder = BatchDecoder(target, draft if tree is not None else None, prompts, tree=tree,
+                                   max_new_tokens=tokens, eos_token_id=[])
+            start, passes = decoder.clock(), 0
+            while decoder.live and passes < tokens:
+                decoder.step()
+                passes += 1
+            elapsed = decoder.clock() - start
+        return 1000 * elapsed / passes
+
+    at_batch = profile.at_batch(batch)
+    baseline = max(0.0, mean_step_ms(None) - at_batch.target_ms[1])
+    if draft is None:
+        return 0.0, baseline
+    return max(0.0, mean_step_ms(chain(2)) - planner_pass_ms(at_batch, chain(2))), baseline

@@ -6,12 +6,14 @@ a config file or an override is an error. Builders take the dataclasses, never H
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
+from treespec.batch_latency import BatchLatencyProfile
+from treespec.batch_plan import auto_batch_profile
 from treespec.data import Prompt, encode_prompt, load_prompts
 from treespec.errors import ConfigError, TreespecError
 from treespec.hardware import Progress, ResolvedHardware, auto_profile, named_profile
@@ -88,6 +90,7 @@ class HardwareSpec:
     remeasure: bool = False  # auto: measure again even when a cached profile matches
     repeats: int = 5  # auto: timed rounds per configuration
     prefix_len: int = 400  # auto: tokens in the KV cache under the timed passes
+    batch_profile: Optional[str] = None  # batch_size > 1: a BatchLatencyProfile YAML (auto: measured on demand)
 
 
 def sampling_config(spec: SamplingSpec) -> SamplingConfig:
@@ -252,6 +255,39 @@ def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "floa
             raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")
         target, draft, resolved = named_profile(pair.target, pair.draft, latency_profile(spec), spec.name, layout=layout)
     return LoadedPair(target, draft, pair.tokenizer, resolved)
+
+
+def resolve_batch_hardware(spec: HardwareSpec, pair: LoadedPair, batch_sizes, *, progress: Optional[Progress] = None,
+                           settings: Optional[dict] = None) -> tuple[Optional[BatchLatencyProfile], str]:
+    """(the batch profile for these batch sizes, where it came from): `hardware.batch_profile` when set, else for
+    `auto` measured on demand for the pair as `resolve_hardware` configured it and cached (treespec.batch_plan),
+    else none (a named profile holds batch size 1 only)."""
+    if spec.batch_profile:
+        profile = BatchLatencyProfile.from_yaml(spec.batch_profile)
+        missing = sorted(set(int(b) for b in batch_sizes) - set(profile.batch_sizes))
+        if missing:
+            raise ConfigError(f"batch profile {spec.batch_profile} has no batch sizes {missing}")
+        return profile, f"batch profile {spec.batch_profile}"
+    if spec.name == "auto":
+        return auto_batch_profile(pair.target, pair.draft, batch_sizes, prefix_len=spec.prefix_len, repeats=spec.repeats,
+                                  remeasure=spec.remeasure, settings=settings, progress=progress)
+    return None, f"none (hardware={spec.name} is a batch-size-1 profile: set hardware.batch_profile=<file>)"
+
+
+def build_batch_policy(tree: TreeSpec, acceptance: Optional[list[float]], profile: Optional[BatchLatencyProfile],
+                       batch_size: int, hardware_name: str = "") -> PolicyChoice:
+    """`build_policy` at batch size B: a hardware-aware Sequoia tree is planned with B's costs
+    (`profile.at_batch(B)`: treespec.batch_plan), searching no further than the tree sizes measured at B."""
+    if profile is None:
+        if needs_hardware(tree):
+            raise ConfigError(f"tree=sequoia without tree.budget and tree.max_depth at batch_size={batch_size} needs a "
+                              "batch profile (hardware=auto, or hardware.batch_profile=<file>)")
+        choice = build_policy(tree, acceptance, None, hardware_name)
+    else:
+        at_batch = profile.at_batch(int(batch_size))
+        limited = replace(tree, max_budget=min(tree.max_budget, max(at_batch.target_ms)))
+        choice = build_policy(limited, acceptance, at_batch, hardware_name)
+    return PolicyChoice(choice.policy, {**choice.info, "batch_size": int(batch_size)})
 
 
 def load_data(spec: DataSpec, tokenizer) -> list[tuple[Prompt, list[int]]]:
