@@ -11,6 +11,14 @@ gives a method another draft than the pair's (e.g. the assistant, for a same-dra
 For each prompt and sampling mode every method runs once, in a rotating order. Target passes are counted
 with a forward hook on the target, for every method alike.
 Writes bench.csv (the table), bench_rows.jsonl (one row per prompt x sampling x method) and bench.json.
+
+    python experiments/bench.py batch_size=4 methods=[hf_generate,autoregressive,sequoia]
+
+batch_size=B > 1: the prompts are taken B at a time; treespec methods decode each group with
+`treespec.generate_batch` (trees planned with B's costs, from a batch profile measured on demand), and
+hf_generate decodes the same group as one left-padded batch (hf_assisted takes one prompt at a time only).
+A row is then one group: seconds its wall time, tokens all its rows' tokens, passes the target passes each
+row took part in (so tokens/pass stays per sequence), batched_passes the target's forward calls.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from treespec import cli
+from treespec.batch import generate_batch
 from treespec.configs import (
     DataSpec,
     HardwareSpec,
@@ -33,10 +42,12 @@ from treespec.configs import (
     SamplingSpec,
     TreeSpec,
     acceptance_for,
+    build_batch_policy,
     build_policy,
     check_hardware,
     load_data,
     load_pair,
+    resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
     sampling_config,
@@ -66,6 +77,7 @@ class BenchSchema:
     dtype: str = "float32"  # or auto: fp32 or bf16 per model, by measurement (hardware=auto)
     layout: str = "auto"  # auto (measured) | standard | transposed
     threads: int = 0
+    batch_size: int = 1  # > 1: prompts in groups of B, decoded as one batch by every method
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
 
@@ -97,6 +109,28 @@ def hf_decode(target, assistant, ids: list[int], sampling: SamplingConfig, max_n
     return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
 
 
+def hf_decode_batch(target, batch: list[list[int]], sampling: SamplingConfig, max_new_tokens: int, eos: int | None,
+                    pad: int, seed: int) -> tuple[list[list[int]], int]:
+    """transformers' generate on prompts of any lengths as one left-padded batch; (each row's tokens up to and
+    including its EOS, the batch's row count)."""
+    torch.manual_seed(seed)
+    options: dict[str, Any] = {"do_sample": False}
+    if not sampling.greedy:
+        options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
+    width = max(len(ids) for ids in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for b, ids in enumerate(batch):
+        input_ids[b, width - len(ids):], mask[b, width - len(ids):] = torch.as_tensor(ids), 1
+    out = target.generate(input_ids=input_ids.to(target.device), attention_mask=mask.to(target.device),
+                          max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, **options)
+    rows = []
+    for b in range(len(batch)):
+        tokens = out[b, width:].tolist()
+        rows.append(tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens)
+    return rows, len(batch)
+
+
 def run(cfg: DictConfig) -> list[dict]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -107,8 +141,11 @@ def run(cfg: DictConfig) -> list[dict]:
     unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
     if unknown:
         raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
+    if cfg.batch_size < 1 or (cfg.batch_size > 1 and "hf_assisted" in methods):
+        raise ConfigError(f"batch_size must be >= 1 (got {cfg.batch_size}), and 1 with hf_assisted (transformers' "
+                          "assisted generation takes one prompt at a time)")
     for method in methods:
-        if method not in HF_METHODS:
+        if method not in HF_METHODS and cfg.batch_size == 1:
             check_hardware(cli.to_spec(TreeSpec, cfg.trees[method]), hardware)
     device = resolve_device(cfg.device)
     pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
@@ -131,15 +168,27 @@ def run(cfg: DictConfig) -> list[dict]:
     assistant = drafts.get(model.assistant or cfg.draft)
     prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)
     eos, pad = pair.tokenizer.eos_token_id, pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id
+    size = int(cfg.batch_size)
+    batch_profile, batch_origin = (resolve_batch_hardware(hardware, pair, (size,), progress=cli.progress_bar(),
+                                                          settings={"target": cfg.target, "draft": cfg.draft})
+                                   if size > 1 else (None, None))
+    if size > 1:
+        print(f"batch size {size}: batch profile {batch_origin}", flush=True)
     choices = {}
     for spec in samplings:
         sampling = sampling_config(spec)
         for method in methods:
             if method not in HF_METHODS:
                 tree = cli.to_spec(TreeSpec, cfg.trees[method])
-                choices[spec.name, method] = build_policy(tree, acceptance_for(model, tree, sampling),
-                                                          pair.hardware.profile, pair.hardware.name)
+                if size > 1:
+                    choices[spec.name, method] = build_batch_policy(tree, acceptance_for(model, tree, sampling),
+                                                                    batch_profile, size, pair.hardware.name)
+                else:
+                    choices[spec.name, method] = build_policy(tree, acceptance_for(model, tree, sampling),
+                                                              pair.hardware.profile, pair.hardware.name)
     counter = PassCounter(pair.target)
+    if size > 1:
+        return _run_batched(cfg, methods, samplings, prompts, choices, drafts, counter, pair, eos, pad, batch_origin)
 
     def decode(method: str, spec: SamplingSpec, ids: list[int], seed: int, max_new: int) -> tuple[list[int], float, int]:
         sampling = sampling_config(spec)
@@ -192,6 +241,73 @@ def run(cfg: DictConfig) -> list[dict]:
         writer.writerows(table)
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                 "assistant": model.assistant or cfg.draft, "hardware": pair.hardware.summary(),
+                "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
+    (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
+    print(f"-> {out_dir}")
+    return table
+
+
+def _run_batched(cfg, methods, samplings, prompts, choices, drafts, counter, pair, eos, pad, batch_origin) -> list[dict]:
+    """run() at batch_size > 1: every method decodes each group of B prompts as one batch, in a rotating order."""
+    size = int(cfg.batch_size)
+
+    def decode(method: str, spec: SamplingSpec, group: list[list[int]], seed: int,
+               max_new: int) -> tuple[list[list[int]], float, int, int]:
+        sampling = sampling_config(spec)
+        counter.calls = 0
+        start = time.perf_counter()
+        if method == "hf_generate":
+            outputs, rows = hf_decode_batch(pair.target, group, sampling, max_new, eos, pad, seed)
+            passes = counter.calls * rows
+        else:
+            outs = generate_batch(pair.target, drafts[cfg.method_drafts.get(method, cfg.draft)], group,
+                                  tree=choices[spec.name, method].policy, max_new_tokens=max_new,
+                                  temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                  seed=seed, eos_token_id=eos)
+            outputs, passes = [o.tokens for o in outs], sum(o.target_passes for o in outs)
+        return outputs, time.perf_counter() - start, passes, counter.calls
+
+    groups = [prompts[i: i + size] for i in range(0, len(prompts), size)]
+    for spec in samplings:  # warm-up: first calls pay one-off costs
+        for method in methods:
+            decode(method, spec, [ids for _, ids in groups[0]], cfg.seed, 8)
+    out_dir = cli.output_dir()
+    rows = []
+    with open(out_dir / "bench_rows.jsonl", "w") as row_file, \
+            tqdm(total=len(groups) * len(samplings) * len(methods), desc=f"bench B={size}", unit="batch") as bar:
+        for index, group in enumerate(groups):
+            ids = [i for _, i in group]
+            for spec in samplings:
+                shift = index % len(methods)
+                reference = None
+                for method in methods[shift:] + methods[:shift]:
+                    outputs, seconds, passes, calls = decode(method, spec, ids, cfg.seed + index * size,
+                                                             cfg.max_new_tokens)
+                    if spec.temperature == 0 and method == "hf_generate":
+                        reference = outputs
+                    choice = choices.get((spec.name, method))
+                    rows.append({"prompt_id": "+".join(str(p.id) for p, _ in group), "category": "batch",
+                                 "sampling": spec.name, "method": method, "batch_size": len(group),
+                                 "tokens": sum(len(o) for o in outputs), "seconds": seconds, "passes": passes,
+                                 "batched_passes": calls,
+                                 "predicted_accepted": choice.info.get("predicted_accepted") if choice else None,
+                                 "predicted_speedup": choice.info.get("predicted_speedup") if choice else None,
+                                 "output": outputs})
+                    bar.update(1)
+                for row in rows[-len(methods):]:  # greedy: every row of every method must reproduce transformers'
+                    row["matches_reference"] = None if reference is None else row["output"] == reference
+                    row_file.write(json.dumps(row) + "\n")
+    counter.handle.remove()
+    table = bench_table(rows)
+    for row in table:
+        row["batch_size"] = size
+    print(format_table(table))
+    with open(out_dir / "bench.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
+                "batch_size": size, "hardware": {**pair.hardware.summary(), "batch_profile": batch_origin},
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
     (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
     print(f"-> {out_dir}")

@@ -271,7 +271,7 @@ def resolve_batch_hardware(spec: HardwareSpec, pair: LoadedPair, batch_sizes, *,
     if spec.name == "auto":
         return auto_batch_profile(pair.target, pair.draft, batch_sizes, prefix_len=spec.prefix_len, repeats=spec.repeats,
                                   remeasure=spec.remeasure, settings=settings, progress=progress)
-    return None, f"none (hardware={spec.name} is a batch-size-1 profile: set hardware.batch_profile=<file>)"
+    return None, f"none (hardware={spec.name} has no batch profile: set hardware.batch_profile=<file>)"
 
 
 def build_batch_policy(tree: TreeSpec, acceptance: Optional[list[float]], profile: Optional[BatchLatencyProfile],
