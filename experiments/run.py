@@ -77,14 +77,15 @@ def run(cfg: DictConfig) -> dict:
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     hardware = cli.to_spec(HardwareSpec, cfg.hardware)
     acceptance = acceptance_for(model, tree, sampling)
-    check_hardware(tree, hardware)
+    if cfg.batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {cfg.batch_size}")
+    if cfg.batch_size == 1:  # at B > 1 the batch profile is checked where it is resolved (build_batch_policy)
+        check_hardware(tree, hardware)
     pair = load_pair(cfg.target, cfg.draft if tree.policy != "autoregressive" else None,
                      device=resolve_device(cfg.device), dtype=cfg.dtype,
                      attn_implementation=model.attn_implementation, layout=cfg.layout)
     pair = resolve_hardware(hardware, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {cfg.batch_size}")
     if cfg.batch_size > 1:
         return run_batched(cfg, tree, acceptance, sampling, hardware, pair)
     choice = build_policy(tree, acceptance, pair.hardware.profile, pair.hardware.name)

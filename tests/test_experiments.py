@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import batch_sweep
 import bench  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import build_tree
 import measure_acceptance
@@ -15,6 +16,7 @@ import run
 import yaml
 from hydra import compose, initialize_config_dir
 
+from treespec.batch_latency import BatchLatencyProfile
 from treespec.cli import CONF_DIR, register
 from treespec.generate import GenerateSchema
 from treespec.reporting import bench_table, format_table
@@ -24,7 +26,8 @@ ROOT = Path(__file__).parents[1]
 SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
            "measure_acceptance_schema": measure_acceptance.MeasureAcceptanceSchema,
            "profile_latency_schema": profile_latency.ProfileLatencySchema,
-           "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema}
+           "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema,
+           "batch_sweep_schema": batch_sweep.BatchSweepSchema}
 
 
 def _compose(name, overrides=()):
@@ -40,7 +43,8 @@ def test_every_experiment_config_composes(experiment):
 
 
 @pytest.mark.parametrize("name, overrides", [("run", []), ("bench", []), ("generate", []), ("measure_acceptance", []),
-                                             ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"])])
+                                             ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"]),
+                                             ("batch_sweep", []), ("bench_plan", [])])
 def test_every_app_config_composes(name, overrides):
     cfg = _compose(name, overrides)
     assert cfg.model.target if "model" in cfg else cfg.acceptance_file
@@ -145,3 +149,82 @@ def test_bench_table_arithmetic():
     assert table["sequoia"]["greedy_parity"] == 0.5 and table["hf_generate"]["speedup"] == 1.0
     text = format_table(list(table.values()))
     assert "sequoia" in text and "3.00x" in text and "50%" in text
+
+
+def _batch_profile(path):
+    """A hand-made batch profile for tiny runs: trees pay at B = 1 and stop paying at B = 4."""
+    sizes = (1, 2, 4, 8, 16)
+    target = {1: {n: 10.0 * (1 + 0.01 * (n - 1)) for n in sizes}, 2: {n: 10.0 * (1 + 0.05 * (n - 1)) for n in sizes},
+              4: {n: 10.0 * n for n in sizes}}
+    BatchLatencyProfile(target, {b: 0.5 for b in target}, {"device": "hand-made"},
+                        {b: {1: 0.5, 4: 0.8} for b in target}).to_yaml(path)
+    return path
+
+
+def _passes_by_prompt(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    out = {}
+    for row in rows:
+        if row["kind"] == "pass":
+            out.setdefault(row["prompt_id"], []).append(row["accepted"])
+    return out
+
+
+def test_batched_run_equals_single_prompt_runs_and_plans_for_its_batch(tmp_path):
+    common = ["experiment=smoke", "data.limit=3", "tree=sequoia", "tree.budget=6", "tree.max_depth=3"]
+    _app("run.py", *common, f"hydra.run.dir={tmp_path / 'b1'}")
+    _app("run.py", *common, "batch_size=2", f"hydra.run.dir={tmp_path / 'b2'}")
+    assert _passes_by_prompt(tmp_path / "b1") == _passes_by_prompt(tmp_path / "b2")  # greedy rows as decoded alone
+    single, batched = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("b1", "b2"))
+    assert "batch_size" not in single and batched["batch_size"] == 2 and batched["batches"] == 2
+    assert batched["new_tokens"] == single["new_tokens"] == 24 and batched["target_passes"] == single["target_passes"]
+    assert batched["batched_passes"] < batched["target_passes"] and batched["policy"]["batch_size"] == 2
+    assert batched["tokens_per_second"] == pytest.approx(batched["new_tokens"] / batched["seconds"])
+    rows = [json.loads(line) for line in (tmp_path / "b2" / "metrics.jsonl").read_text().splitlines()]
+    assert sorted({r["batch"] for r in rows}) == [0, 1]
+    # the planner at B = 4 of a profile where the pass grows with every node: no tree
+    profile = _batch_profile(tmp_path / "batch.yaml")
+    result = _app("run.py", "experiment=smoke", "data.limit=4", "tree=sequoia", "batch_size=4",
+                  f"hardware.batch_profile={profile}", f"hydra.run.dir={tmp_path / 'b4'}")
+    planned = json.loads((tmp_path / "b4" / "summary.json").read_text())
+    assert planned["policy"]["budget"] == 1 and planned["policy"]["hardware_aware"] and planned["mean_accepted"] == 1.0
+    assert planned["hardware"]["batch_profile"] == f"batch profile {profile}" and "batch size 4" in result.stdout
+
+
+def test_bench_with_a_batch_size(tmp_path):
+    result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=4", "max_new_tokens=8",
+                  "methods=[hf_generate,autoregressive,chain,dynamic]", "threads=1", "batch_size=2",
+                  "samplings=[{name: greedy, temperature: 0.0, top_p: 1.0, top_k: 0}]", f"hydra.run.dir={tmp_path}")
+    table = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["table"]}
+    assert set(table) == {"hf_generate", "autoregressive", "chain", "dynamic"}
+    for row in table.values():
+        assert row["greedy_parity"] == 1.0 and row["prompts"] == 2 and row["batch_size"] == 2  # 2 groups of 2
+    assert table["autoregressive"]["tokens_per_pass"] == pytest.approx(1.0) and table["chain"]["tokens_per_pass"] > 1
+    rows = [json.loads(x) for x in (tmp_path / "bench_rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4 and all(len(r["output"]) == 2 and r["batched_passes"] >= 1 for r in rows)
+    assert "batch size 2" in result.stdout
+    with pytest.raises(AssertionError, match="hf_assisted"):
+        _app("bench.py", "model=tiny", "hardware=none", "batch_size=2", "methods=[hf_assisted]", f"hydra.run.dir={tmp_path}")
+
+
+def test_batch_sweep_on_tiny_models(tmp_path):
+    profile = _batch_profile(tmp_path / "batch.yaml")
+    result = _app("batch_sweep.py", "model=tiny", "hardware=none", f"hardware.batch_profile={profile}", "data=pool",
+                  "data.limit=4", "max_new_tokens=6", "batch_sizes=[1,2,4]", "threads=1",
+                  "methods=[hf_generate,autoregressive,planned,n4_d3]", f"hydra.run.dir={tmp_path / 'out'}")
+    out = json.loads((tmp_path / "out" / "batch_sweep.json").read_text())
+    table = {(r["batch_size"], r["method"]): r for r in out["table"]}
+    assert set(table) == {(b, m) for b in (1, 2, 4) for m in ("hf_generate", "autoregressive", "planned", "n4_d3")}
+    assert all(r["greedy_parity"] == 1.0 and r["tokens"] == 4 * 6 for r in table.values())
+    assert [p["speculates"] for p in out["plans"]] == [True, True, False]  # the hand-made profile: no tree at B = 4
+    assert table[4, "planned"]["budget"] == 1 and table[1, "planned"]["budget"] > 1
+    assert out["crossover"]["predicted_no_tree_from"] == 4
+    for (b, method), row in table.items():
+        assert row["speedup"] == pytest.approx(row["tokens_per_second"] / table[b, "autoregressive"]["tokens_per_second"])
+        if method != "hf_generate":  # predictions next to measurements
+            assert row["predicted_speedup"] is not None and row["predicted_tokens_per_second"] > 0
+            assert row["predicted_tokens_per_pass"] >= 1
+    assert table[2, "n4_d3"]["tokens_per_pass"] > 1 and table[2, "autoregressive"]["tokens_per_pass"] == 1.0
+    csv_rows = (tmp_path / "out" / "batch_sweep.csv").read_text().splitlines()
+    assert len(csv_rows) == 1 + 12 and (tmp_path / "out" / "plans.csv").is_file()
+    assert "the tree planned per batch size" in result.stdout and "crossover" in result.stdout
