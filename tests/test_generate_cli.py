@@ -161,3 +161,18 @@ def test_importing_the_cli_module_keeps_the_generate_function_callable():
     via_package = treespec.generate(target, draft, [1, 5, 9], tree=treespec.policies.Chain(3), max_new_tokens=6)
     direct = engine.generate(target, draft, [1, 5, 9], tree=treespec.policies.Chain(3), max_new_tokens=6)
     assert via_package.tokens == direct.tokens and len(direct.tokens) == 6
+
+
+def test_prompt_file_as_one_batch(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "One"}\n{"prompt": "Two, longer"}\n{"prompt": "Three"}\n')
+    result = run_cli(*TINY, "tree=chain", "tree.k=2", f"prompt_file={prompts}", "batch=true", "compare=true",
+                     "max_new_tokens=6")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("--- treespec report ---") == 1 and "=== prompt 3/3" in result.stdout
+    rows = report(result.stdout)
+    assert rows["batch size"] == "3" and rows["new tokens"].startswith("18 (6, 6, 6)")
+    assert rows["outputs identical"] == "yes" and rows["tree"].startswith("chain, budget 3")
+    assert rows["batch profile"].startswith("none")
+    planned = run_cli(*TINY, "tree=sequoia", f"prompt_file={prompts}", "batch=true", "max_new_tokens=4")
+    assert planned.returncode == 2 and "needs a batch profile" in planned.stderr

@@ -3,6 +3,7 @@
     python -m treespec.generate prompt="Write a function, with a docstring." max_new_tokens=200
     echo "Any text: commas, quotes, [brackets]" | python -m treespec.generate prompt=-
     python -m treespec.generate prompt_file=question.txt          # a text file is one prompt; .jsonl: one per line
+    python -m treespec.generate prompt_file=prompts.jsonl batch=true  # all prompts as one batch (generate_batch)
     python -m treespec.generate tree=sequoia tree.budget=16 compare=true
     python -m treespec.generate tree=dynamic sampling=t0.7 seed=1
     python -m treespec.generate --help
@@ -25,15 +26,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from treespec import cli
+from treespec.batch import generate_batch
 from treespec.configs import (
     HardwareSpec,
     ModelSpec,
     SamplingSpec,
     TreeSpec,
     acceptance_for,
+    build_batch_policy,
     build_policy,
     check_hardware,
     load_pair,
+    resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
     sampling_config,
@@ -62,6 +66,7 @@ class GenerateSchema:
     layout: str = "auto"  # auto (measured) | standard | transposed: how linear weights are stored on a CPU
     chat: Optional[bool] = None  # None: apply the chat template when the tokenizer has one
     stream: bool = True
+    batch: bool = False  # decode all prompts (prompt_file) as one batch with treespec.generate_batch
 
 
 class IncrementalDecoder:
@@ -131,7 +136,8 @@ def run(cfg: DictConfig) -> None:
     tree_spec = TreeSpec(**OmegaConf.to_container(cfg.tree, resolve=True))
     hardware_spec = HardwareSpec(**OmegaConf.to_container(cfg.hardware, resolve=True))
     acceptance = acceptance_for(model_spec, tree_spec, sampling)
-    check_hardware(tree_spec, hardware_spec)
+    if not cfg.batch:  # a batch plans with a batch profile, checked where it is resolved
+        check_hardware(tree_spec, hardware_spec)
     texts = _prompt_texts(cfg)
     device = resolve_device(cfg.device)
 
@@ -145,6 +151,9 @@ def run(cfg: DictConfig) -> None:
     pair = resolve_hardware(hardware_spec, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
     hardware = pair.hardware
+    if cfg.batch:
+        _run_batch(cfg, pair, texts, tree_spec, acceptance, hardware_spec, sampling)
+        return
     choice = build_policy(tree_spec, acceptance, hardware.profile, hardware.name)
     target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
 
@@ -187,6 +196,59 @@ def run(cfg: DictConfig) -> None:
         if cfg.compare and sampling.greedy and not identical:
             print("error: greedy speculative output differs from the target's own", file=sys.stderr)
             sys.exit(1)
+
+
+def _run_batch(cfg: DictConfig, pair, texts: list[str], tree_spec: TreeSpec, acceptance, hardware_spec: HardwareSpec,
+               sampling) -> None:
+    """batch=true: every prompt in one `generate_batch` call, the tree planned for that batch size; each answer,
+    then one report for the batch (and, with compare, batched autoregressive decoding of the same prompts)."""
+    size = len(texts)
+    profile, origin = resolve_batch_hardware(hardware_spec, pair, (size,), progress=cli.progress_bar(),
+                                             settings={"target": cfg.target, "draft": cfg.draft})
+    choice = build_batch_policy(tree_spec, acceptance, profile, size, pair.hardware.name)
+    prompts = [encode_prompt(pair.tokenizer, text, chat=cfg.chat) for text in texts]
+    kwargs: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, temperature=sampling.temperature,
+                                  top_p=sampling.top_p, top_k=sampling.top_k, seed=cfg.seed)
+    if cfg.compare:  # warm both paths up so that neither pays first-call costs in the timing
+        warm = dict(kwargs, max_new_tokens=min(8, cfg.max_new_tokens))
+        generate_batch(pair.target, pair.draft, prompts, tree=choice.policy, **warm)
+        generate_batch(pair.target, None, prompts, tree=None, **warm)
+    start = time.perf_counter()
+    outs = generate_batch(pair.target, pair.draft, prompts, tree=choice.policy, **kwargs)
+    wall = time.perf_counter() - start
+    for index, (text, out) in enumerate(zip(texts, outs)):
+        print(f"\n=== prompt {index + 1}/{size}: {text[:80]!r}")
+        print(pair.tokenizer.decode(out.tokens, skip_special_tokens=True), flush=True)
+    tokens, passes = sum(len(o.tokens) for o in outs), sum(o.target_passes for o in outs)
+    info = choice.info
+    predicted = info.get("predicted_accepted")
+    tree = f"{info['policy']}, budget {info.get('budget')}, depth {info.get('depth')}"
+    if info.get("hardware_aware"):
+        tree += f" (planned for batch size {size})"
+    if info.get("predicted_speedup"):
+        tree += f", predicted speedup {info['predicted_speedup']:.2f}x over batched autoregressive"
+    rows = [("batch size", str(size)), ("new tokens", f"{tokens} ({', '.join(str(len(o.tokens)) for o in outs)})"),
+            ("wall time", f"{wall:.2f} s"), ("tokens/s", f"{tokens / wall:.2f} (all rows)"),
+            ("target passes", str(max(o.target_passes for o in outs))),
+            ("tokens per pass", f"{tokens / passes:.2f} per row" + (f" (predicted {predicted:.2f})" if predicted else "")),
+            ("stop", ", ".join(o.stop_reason for o in outs)), ("tree", tree), ("device", pair.hardware.device),
+            ("batch profile", origin)]
+    identical = True
+    if cfg.compare:
+        base_start = time.perf_counter()
+        base = generate_batch(pair.target, None, prompts, tree=None, **kwargs)
+        base_wall = time.perf_counter() - base_start
+        base_tokens = sum(len(o.tokens) for o in base)
+        identical = [o.tokens for o in base] == [o.tokens for o in outs]
+        rows += [("autoregressive", f"{base_tokens / base_wall:.2f} tokens/s (batched, {base_tokens} tokens, "
+                                    f"{base_wall:.2f} s)"),
+                 ("speedup", f"{(tokens / wall) / (base_tokens / base_wall):.2f}x")]
+        if sampling.greedy:
+            rows.append(("outputs identical", "yes" if identical else "NO"))
+    print("--- treespec report ---\n" + _report(rows), flush=True)
+    if cfg.compare and sampling.greedy and not identical:
+        print("error: greedy speculative output differs from the target's own", file=sys.stderr)
+        sys.exit(1)
 
 
 def _rows(out: Generation, wall: float, info: dict, model: ModelSpec, hardware: ResolvedHardware, greedy: bool,
