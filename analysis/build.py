@@ -12,7 +12,10 @@ Steps (each a subprocess of the experiments/ scripts; output goes to <out>/logs/
   3. runs/         experiments/run.py -m: chain, k-ary, Sequoia, dynamic at one budget, and autoregressive,
                    on MT-Bench and HumanEval prompts, greedy
   4. sweep/        experiments/run.py -m: Sequoia over budgets x depth limits on MT-Bench prompts
-  5. notebooks/    analysis/tree_shapes.ipynb and analysis/acceptance.ipynb executed with nbclient; they
+  5. batch/        experiments/batch_sweep.py: batch sizes x (batched autoregressive, fixed Sequoia trees, the
+                   tree planned per B) on MT-Bench prompts, with a batch profile (hardware=auto; skipped with
+                   --hardware, which gives no batch profile)
+  6. notebooks/    analysis/tree_shapes.ipynb and analysis/acceptance.ipynb executed with nbclient; they
                    read <out> and write their figures as PNG into --figures (the committed notebooks in
                    analysis/ are left untouched, without outputs)
 
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ANALYSIS = ROOT / "analysis"
 NOTEBOOKS = ("tree_shapes", "acceptance")
 MARKER = ".treespec-analysis"  # marks a results dir made by this script (so that a rebuild may clear it)
-STEPS = ("acceptance", "profile", "runs", "sweep", "notebooks", "logs")
+STEPS = ("acceptance", "profile", "runs", "sweep", "batch", "notebooks", "logs")
 
 # The equal-budget comparison: every static policy verifies BUDGET nodes per pass (incl. the root).
 BUDGET, DEPTH = 10, 6
@@ -47,9 +50,12 @@ DATASETS = ("mtbench", "humaneval")
 # Per model: prompts per set, new tokens per prompt, torch threads, the sweep and the latency profile.
 PRESETS = {
     "tiny": {"prompts": 3, "max_new_tokens": 16, "threads": 1, "sweep_budgets": "4,16", "sweep_depths": "4",
+             "batch": {"batch_sizes": "[1,2,4]", "sizes": "[1,2,4,8]", "methods": "[autoregressive,planned,n4_d3,n8_d4]"},
              "profile": {"sizes": "[1,2,4,8,16,32]", "prefix_len": 64, "repeats": 3, "warmup": 1}},
     "smollm2": {"prompts": 8, "max_new_tokens": 64, "threads": 0, "sweep_budgets": "4,8,16",
                 "sweep_depths": "3,6",
+                "batch": {"batch_sizes": "[1,2,4,8]", "sizes": "null",
+                          "methods": "[autoregressive,planned,n4_d3,n8_d4,n16_d5]"},
                 "profile": {"sizes": "[1,2,3,4,6,8,12,16,24,32]", "prefix_len": 400, "repeats": 5,
                             "warmup": 2}},
 }
@@ -193,6 +199,22 @@ def decode_runs(args, acceptance: list[str]) -> None:
              args.out, args.timeout)
 
 
+def batch_sweep(args, acceptance: list[str]) -> None:
+    """Batch sizes x trees with the tree planned per B (needs hardware=auto's batch profile and the model config's
+    acceptance: skipped otherwise)."""
+    if args.hardware or acceptance:
+        print("[analysis] batch: skipped (" + ("--hardware gives no batch profile" if args.hardware else
+                                               "the model config has no acceptance vector to plan with") + ")", flush=True)
+        return
+    settings = args.preset["batch"]
+    prompts = max(args.prompts, max(int(b) for b in settings["batch_sizes"].strip("[]").split(",")))
+    overrides = [o for o in common_overrides(args) if not o.startswith("data.limit=")]
+    run_step("batch", [sys.executable, "experiments/batch_sweep.py", *overrides, "data=mtbench",
+                       f"data.limit={prompts}", f"batch_sizes={settings['batch_sizes']}", f"sizes={settings['sizes']}",
+                       f"methods={settings['methods']}", f"hydra.run.dir={args.out / 'batch'}"],
+             args.out, args.timeout)
+
+
 def execute_notebooks(args, hardware: Path | None) -> list[Path]:
     """Execute each notebook on a copy; write the executed copies to <out>/notebooks/; return new PNGs."""
     import nbformat
@@ -239,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
             prepare_out(args.out)
             measured = measure_acceptance(args)
             hardware = hardware_profile(args)
-            decode_runs(args, acceptance_override(args, measured))
+            override = acceptance_override(args, measured)
+            decode_runs(args, override)
+            batch_sweep(args, override)
         figures = execute_notebooks(args, hardware)
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)

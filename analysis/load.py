@@ -36,6 +36,12 @@ Use `Runs.with_config(frame, *columns)` to add any other summary/config column t
 `Runs.select(...)` to keep some runs. Helpers: `explode_ranks` (one row per accepted draft node: depth,
 rank), `depth_rank_acceptance` (empirical P[d, k] from pass rows), `find_files` (profiles and other YAML
 written beside the runs).
+
+Batch sweeps (experiments/batch_sweep.py writes batch_sweep.json, not a run directory) are read by
+`load_batch_sweeps(paths)`: `table` has one row per (sweep, batch_size, method) with tokens_per_second,
+tokens_per_pass (per row), speedup (over batched autoregressive at that B), speedup_vs_hf, predicted_speedup,
+predicted_tokens_per_pass, predicted_tokens_per_second, budget, depth; `plans` one row per (sweep, batch_size)
+with the tree the planner chose (budget, depth, speculates, predicted values); `sweep` is the directory.
 """
 
 from __future__ import annotations
@@ -255,3 +261,42 @@ def find_files(root: str | os.PathLike, pattern: str) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(root.rglob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+@dataclass(frozen=True)
+class BatchSweeps:
+    """The batch sweeps found under some paths (see the module docstring)."""
+
+    table: pd.DataFrame
+    plans: pd.DataFrame
+    crossover: dict[str, dict[str, Any]]  # sweep -> {"predicted_no_tree_from", "measured_no_tree_from", ...}
+
+    def latest(self) -> BatchSweeps:
+        """Only the most recently written sweep."""
+        if self.table.empty:
+            return self
+        newest = max(self.crossover, key=lambda d: (Path(d) / "batch_sweep.json").stat().st_mtime)
+        return BatchSweeps(self.table[self.table["sweep"] == newest].reset_index(drop=True),
+                           self.plans[self.plans["sweep"] == newest].reset_index(drop=True), {newest: self.crossover[newest]})
+
+
+def load_batch_sweeps(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> BatchSweeps:
+    """Every batch_sweep.json under the given directories or glob patterns."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: set[Path] = set()
+    for pattern in paths:
+        for match in map(Path, glob.glob(os.path.expanduser(str(pattern)), recursive=True)):
+            if match.is_file() and match.name == "batch_sweep.json":
+                files.add(match.resolve())
+            elif match.is_dir():
+                files.update(p.resolve() for p in match.rglob("batch_sweep.json"))
+    table, plans, crossover = [], [], {}
+    for path in sorted(files):
+        data = json.loads(path.read_text())
+        sweep = str(path.parent)
+        table += [{"sweep": sweep, **row} for row in data.get("table", [])]
+        plans += [{"sweep": sweep, **row} for row in data.get("plans", [])]
+        crossover[sweep] = data.get("crossover") or {}
+    return BatchSweeps(pd.DataFrame(table, columns=None if table else ["sweep", "batch_size", "method"]),
+                       pd.DataFrame(plans, columns=None if plans else ["sweep", "batch_size", "budget"]), crossover)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import build  # the repository root is on pytest's pythonpath (pyproject.toml)
-from analysis.load import depth_rank_acceptance, explode_ranks, find_run_dirs, load_runs, read_config
+from analysis.load import depth_rank_acceptance, explode_ranks, find_run_dirs, load_batch_sweeps, load_runs, read_config
 
 ROOT = Path(__file__).parents[1]
 
@@ -22,7 +22,7 @@ NOTEBOOKS = [ROOT / "analysis" / f"{name}.ipynb" for name in build.NOTEBOOKS]
 FIGURES = {
     "tree_shapes": ["trees_by_acceptance", "sequoia_shape_vs_p1", "sequoia_depth_width_vs_p1",
                     "expected_tokens_curves", "expected_tokens_heatmap", "speedup_surface",
-                    "policies_equal_budget", "policy_trees_equal_budget"],
+                    "policies_equal_budget", "policy_trees_equal_budget", "batch_speedup"],
     "acceptance": ["measured_vs_predicted", "acceptance_depth_rank", "acceptance_vector",
                    "accepted_length_distribution", "tokens_per_pass_by_category"],
 }
@@ -57,6 +57,10 @@ def test_build_executes_both_notebooks_and_writes_every_figure(built):
     assert sorted(p.stem for p in figures.glob("*.png")) == expected
     assert list((results / "profile").glob("hardware_*.yaml"))
     assert (results / "acceptance" / "acceptance.yaml").is_file()
+    sweeps = load_batch_sweeps(results)  # the batch sweep: B 1, 2, 4 x four methods, plans per B
+    assert sorted(sweeps.table["batch_size"].unique()) == [1, 2, 4] and len(sweeps.table) == 3 * 4
+    assert sorted(sweeps.plans["batch_size"]) == [1, 2, 4] and sweeps.table["predicted_speedup"].notna().all()
+    assert (sweeps.table["greedy_parity"] == 1.0).all() and len(sweeps.latest().crossover) == 1
 
 
 def test_committed_notebooks_have_no_outputs_and_are_left_untouched_by_the_build(built):
