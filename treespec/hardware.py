@@ -204,7 +204,7 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
-           "dtype": dtype, "layout": layout, "prefix_len": prefix_len}
+           "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len}
     path = _cache_path(key)
     entry = None if remeasure else _read_cache(path, key)
     if entry is not None:
