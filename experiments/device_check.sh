@@ -22,6 +22,7 @@ else
   SIZES_SMALL="[1,2,4,8,16,32,64,128]" SIZES_BIG="[1,2,4,8,16,32,64,128,256]" REPEATS=7 PREFIX=512 MODEL_BIG=llama7b_random
 fi
 INSTALL=$([ "$DEVICE" = cuda ] && echo true || echo false)
+LIMIT=$([ "$DEVICE" = cuda ] && echo 180 || echo 900)   # a CPU rehearsal measures 135M-sized models in fp32 and bf16
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
 status=0
@@ -40,14 +41,14 @@ else
 fi
 
 step "profile: SmolLM2-135M-shaped target (random weights) with the default EAGLE head, dtype chosen by measurement"
-timeout 180 $PY experiments/profile_latency.py model=smollm2_random device=$DEVICE dtype=auto name=${DEVICE}_smollm2 \
+timeout $LIMIT $PY experiments/profile_latency.py model=smollm2_random device=$DEVICE dtype=auto name=${DEVICE}_smollm2 \
   install=$INSTALL "sizes=$SIZES_SMALL" repeats=$REPEATS prefix_len=$PREFIX "hydra.run.dir=$OUT/smollm2" 2>&1 \
   | tail -5 | tee -a "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 cp "$OUT"/smollm2/hardware_*.yaml "$OUT"/ 2>/dev/null
 
 step "profile: 7B-shaped Llama with a 68M-shaped draft, random weights, dtype chosen by measurement"
-timeout 240 $PY experiments/profile_latency.py model=$MODEL_BIG device=$DEVICE dtype=auto name=${DEVICE}_llama7b \
+timeout $LIMIT $PY experiments/profile_latency.py model=$MODEL_BIG device=$DEVICE dtype=auto name=${DEVICE}_llama7b \
   install=$INSTALL "sizes=$SIZES_BIG" prefix_len=$PREFIX repeats=$REPEATS "hydra.run.dir=$OUT/llama7b" 2>&1 \
   | tail -5 | tee -a "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
