@@ -212,6 +212,8 @@ def run(cfg: DictConfig) -> list[dict]:
 
     out_dir = cli.output_dir()
     rows = []
+    # greedy outputs are checked against transformers' generate, or treespec's autoregressive loop without it
+    reference_method = "hf_generate" if "hf_generate" in methods else "autoregressive"
     with open(out_dir / "bench_rows.jsonl", "w") as row_file, \
             tqdm(total=len(prompts) * len(samplings) * len(methods), desc="bench", unit="run") as bar:
         for index, (prompt, ids) in enumerate(prompts):
@@ -220,7 +222,7 @@ def run(cfg: DictConfig) -> list[dict]:
                 reference = None
                 for method in methods[shift:] + methods[:shift]:
                     tokens, seconds, passes = decode(method, spec, ids, cfg.seed + index, cfg.max_new_tokens)
-                    if spec.temperature == 0 and method == "hf_generate":
+                    if spec.temperature == 0 and method == reference_method:
                         reference = tokens
                     choice = choices.get((spec.name, method))
                     rows.append({"prompt_id": prompt.id, "category": prompt.category, "sampling": spec.name,

@@ -92,6 +92,19 @@ def test_two_job_multirun(tmp_path):
     assert budgets == [3, 4]
 
 
+def test_a_budget_sweep_sweeps(tmp_path):
+    """tree.budget given without tree.max_depth: each job keeps its budget and the planner picks the depth."""
+    (tmp_path / "conf" / "hardware").mkdir(parents=True)
+    (tmp_path / "conf" / "hardware" / "made_up.yaml").write_text(
+        "name: made_up\ntarget_ms: {1: 10.0, 4: 11.0, 8: 13.0, 16: 20.0}\ndraft_ms: 1.0\n")
+    _app("run.py", "-m", "experiment=smoke", "tree=sequoia", "tree.budget=3,5,8", "hardware=made_up",
+         f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    policies = [json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["policy"] for job in "012"]
+    assert sorted(p["budget"] for p in policies) == [3, 5, 8]
+    assert all(p["chosen"] == ["max_depth"] and p["given"] == {"budget": p["budget"]} for p in policies)
+    assert all(p["predicted_speedup"] > 0 for p in policies)
+
+
 def test_acceptance_latency_tree_pipeline(tmp_path):
     _app("measure_acceptance.py", "model=tiny", "data=pool", "data.limit=2", "max_new_tokens=8", "width=3", "depth=2",
          "threads=1", f"hydra.run.dir={tmp_path / 'acc'}")
@@ -105,10 +118,12 @@ def test_acceptance_latency_tree_pipeline(tmp_path):
     (tmp_path / "conf" / "hardware").mkdir(parents=True)
     (tmp_path / "conf" / "hardware" / "tiny_cpu.yaml").write_text(yaml.safe_dump(hardware))
 
+    assert sorted(hardware["draft_width_ms"]) == [1, 2, 4, 8, 16] and hardware["settings"]["machine"].startswith("cpu")
     _app("build_tree.py", f"acceptance_file={tmp_path / 'acc' / 'acceptance.yaml'}", "hardware=tiny_cpu",
          f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "max_budget=4", f"hydra.run.dir={tmp_path / 'tree'}")
     tree = yaml.safe_load((tmp_path / "tree" / "tree.yaml").read_text())
     assert tree["provenance"]["hardware"] == "tiny_cpu" and "command" in tree["provenance"]
+    assert tree["provenance"]["chosen"] == ["budget", "max_depth"]
     assert 1 <= tree["size"] <= 4
 
     _app("run.py", "experiment=smoke", "tree=file", f"tree.file={tmp_path / 'tree' / 'tree.yaml'}",

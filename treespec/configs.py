@@ -231,7 +231,8 @@ def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype:
     target_model = load_model(target, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
     draft_model = None
     if draft:
-        check_tokenizers(target, draft, tokenizer)
+        if tokenizer is not None:
+            check_tokenizers(target, draft, tokenizer)
         draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
     if layout != "auto":

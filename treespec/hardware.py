@@ -9,6 +9,8 @@ the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profil
 device's identity (CPU model and the ISA flags that matter, or the GPU's name), torch's version, the
 thread count, fingerprints of both models' weights, and the dtype and layout asked for. A later run with
 the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be read measures again.
+Measuring is kept to about `max_seconds` (default 60): rounds stop early for slow models, and a model whose
+1-token pass takes over 0.1 s on a CPU is timed at fewer tree sizes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from treespec.planner import plan_tree
 PROFILE_VERSION = 2  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S
+SLOW_PASS_S = 0.1
 GPU_SIZES = (1, 2, 4, 8, 16, 32, 64, 96, 128)
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -167,11 +171,24 @@ def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[s
             yield dtype, layout, base
 
 
+@torch.inference_mode()
+def _one_pass_seconds(model: torch.nn.Module, prefix_len: int) -> float:
+    """Rough seconds of one forward over a short sequence (after one warm-up call): to size the measurement."""
+    device = next(model.parameters()).device
+    ids = torch.zeros(1, min(prefix_len, 16), dtype=torch.long, device=device)
+    model(input_ids=ids)
+    start = time.perf_counter()
+    model(input_ids=ids[:, :1])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def _plan_ms_per_token(profile: LatencyProfile, acceptance) -> float:
     """Predicted ms per generated token with the best tree for `acceptance` (1-token pass without one)."""
     if acceptance is None:
         return profile.target_ms[1] + profile.baseline_overhead_ms
-    plan = plan_tree(acceptance, profile.step_costs(), max_budget=max(profile.target_ms))
+    plan = plan_tree(acceptance, profile.step_costs(), max_budget=min(64, max(profile.target_ms)), max_depth_limit=8)
     return profile.target_ms[1] * plan.step_cost / plan.expected_tokens
 
 
@@ -187,6 +204,7 @@ def auto_profile(
     repeats: int = 5,
     warmup: int = 1,
     prefix_len: int = 400,
+    max_seconds: float | None = 60.0,
     settings: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
@@ -204,7 +222,7 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
-           "dtype": dtype, "layout": layout, "prefix_len": prefix_len}
+           "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len}
     path = _cache_path(key)
     entry = None if remeasure else _read_cache(path, key)
     if entry is not None:
@@ -215,9 +233,15 @@ def auto_profile(
         return target, draft, _resolved(LatencyProfile.from_dict(entry["profile"]), origin, identity, target, draft,
                                         entry.get("candidates", []))
     start = time.perf_counter()
-    sizes = tuple(sizes or (GPU_SIZES if device.type == "cuda" else CPU_SIZES))
-    common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup}
-    total = len(dtypes) * len(layouts) * (2 if draft is not None else 1) + 1
+    configurations = len(dtypes) * len(layouts)
+    if sizes is None:
+        sizes = GPU_SIZES if device.type == "cuda" else CPU_SIZES
+        if device.type != "cuda" and _one_pass_seconds(target, prefix_len) > SLOW_PASS_S:
+            sizes = CPU_SIZES_SLOW  # a large model: fewer sizes, so that profiling stays within a minute or so
+    sizes = tuple(sizes)
+    common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup,
+              "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
+    total = configurations * (2 if draft is not None else 1) + 1
     done = 0
 
     def tick(what: str) -> None:

@@ -153,6 +153,7 @@ def measure_latency(
     warmup: int = 2,
     seed: int = 0,
     overheads: bool = False,
+    max_seconds: float | None = None,
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LatencyProfile:
@@ -160,7 +161,8 @@ def measure_latency(
     with `overheads`, also the engine's per-step work (`measure_overheads`).
 
     A draft level is timed through the engine's drafter (so an EAGLE head is timed as it drafts, mask
-    building included) on top of a prefix_len prefix. `progress(round)` is called after every round.
+    building included) on top of a prefix_len prefix. `progress(round)` is called after every round. With
+    `max_seconds`, rounds stop early once that much time has passed and at least two were timed.
     """
     sizes = sorted({int(n) for n in sizes} | {1})
     widths = sorted({int(w) for w in draft_widths} | {1}) if draft is not None else []
@@ -175,7 +177,10 @@ def measure_latency(
     device = next(target.parameters()).device
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     draft_samples: dict[int, list[float]] = {w: [] for w in widths}
+    start = time.perf_counter()
     for rep in range(warmup + repeats):
+        if max_seconds is not None and rep - warmup >= 2 and time.perf_counter() - start > max_seconds:
+            break
         for n in sizes:
             elapsed = _timed_pass(target, target_cache, prefix_len, n, generator)
             if rep >= warmup:
@@ -187,7 +192,7 @@ def measure_latency(
         if progress is not None:
             progress(rep)
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
-            "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
+            "prefix_len": prefix_len, "repeats": len(samples[1]), "threads": torch.get_num_threads(), **(settings or {})}
     if draft is not None:
         info.setdefault("draft_dtype", str(next(draft.parameters()).dtype).replace("torch.", ""))
     if device.type == "cuda":

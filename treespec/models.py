@@ -11,7 +11,8 @@ Names understood by `load_model` / `load_tokenizer`:
   decodes on its own); both in ``treespec/assets`` (any directory there is a built-in name);
 * ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
   with the default target's tokenizer, for tests and smoke runs; ``random-llama-7b`` / ``random-llama-68m``:
-  random models shaped like Llama-2-7B and llama-68m, for latency profiles (timing needs no weights);
+  random models shaped like Llama-2-7B and llama-68m, and ``random-smollm2-135m`` shaped like the default
+  target, for latency profiles (timing needs no weights; these need no tokenizer package);
 * a local Hugging Face model directory;
 * a hub id that is already in the local Hugging Face cache (nothing is ever downloaded).
 """
@@ -155,6 +156,10 @@ RANDOM_MODELS = {  # name -> (seed, Llama config fields); "vocab": None = the de
                             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}),
     "random-llama-68m": (1, {"num_hidden_layers": 2, "hidden_size": 768, "intermediate_size": 3072,
                              "num_attention_heads": 12, "num_key_value_heads": 12, "vocab_size": 32000}),
+    # shaped like the default target (SmolLM2-135M): its profile on a machine without the GGUF package (a GPU box)
+    "random-smollm2-135m": (2, {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536,
+                                "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                                "tie_word_embeddings": True}),
 }
 
 
@@ -213,8 +218,12 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
         ) from err
 
 
-def load_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase | None:
+    """The tokenizer of a model; the default target's for the tiny random models, None for the random models
+    shaped like real ones (they are for timing, and their vocabularies are not the default tokenizer's)."""
     if str(name_or_path) in RANDOM_MODELS:
+        if RANDOM_MODELS[str(name_or_path)][1]["vocab_size"] is not None:
+            return None
         name_or_path = DEFAULT_TARGET
     return _offline_from_pretrained(AutoTokenizer, name_or_path)
 

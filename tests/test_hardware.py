@@ -1,0 +1,132 @@
+"""hardware=auto: profiles measured on first use and cached by what they depend on; layouts and dtypes by
+measurement. Nothing here assumes a particular CPU: ISA-dependent choices are forced with monkeypatch."""
+
+import pytest
+import torch
+import yaml
+from conftest import tiny_model
+
+from treespec import hardware
+from treespec.errors import ConfigError
+from treespec.hardware import auto_profile, device_identity, model_fingerprint
+from treespec.models import linear_layout, set_linear_layout
+
+FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREESPEC_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def count_measurements(monkeypatch):
+    calls = []
+    original = hardware.measure_latency
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("sizes"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(hardware, "measure_latency", counted)
+    return calls
+
+
+def pair():
+    return tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+
+
+def test_measured_once_then_cached(cache_dir, count_measurements):
+    target, draft = pair()
+    _, _, first = auto_profile(target, draft, **FAST)
+    measured = len(count_measurements)
+    assert first.origin.startswith("measured now") and measured == 2 * 2  # two layouts for each of draft and target
+    assert first.profile.draft_width_ms and first.profile.settings["machine"] == hardware.describe_device(
+        device_identity(torch.device("cpu")))
+    _, _, second = auto_profile(target, draft, **FAST)
+    assert second.origin.startswith("cached from") and len(count_measurements) == measured
+    assert second.profile.target_ms == pytest.approx(first.profile.target_ms, abs=1e-3)
+    assert (second.target_layout, second.draft_layout) == (first.target_layout, first.draft_layout)
+    assert linear_layout(target) == first.target_layout
+    _, _, again = auto_profile(target, draft, remeasure=True, **FAST)
+    assert again.origin.startswith("measured now") and len(count_measurements) == 2 * measured
+
+
+@pytest.mark.parametrize("change", ["layout", "threads", "target weights", "draft", "dtype"])
+def test_a_key_change_measures_again(cache_dir, count_measurements, change, monkeypatch):
+    target, draft = pair()
+    auto_profile(target, draft, **FAST)
+    before = len(count_measurements)
+    kwargs = dict(FAST)
+    if change == "layout":
+        kwargs["layout"] = "standard"
+    elif change == "threads":
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 97)
+    elif change == "target weights":
+        with torch.no_grad():
+            next(target.parameters()).add_(1.0)
+    elif change == "draft":
+        draft = None
+    else:
+        monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
+        kwargs["dtype"] = "auto"
+    _, _, resolved = auto_profile(target, draft, **kwargs)
+    assert resolved.origin.startswith("measured now") and len(count_measurements) > before
+
+
+def test_a_corrupt_cache_file_is_measured_again(cache_dir, count_measurements):
+    target, draft = pair()
+    auto_profile(target, draft, **FAST)
+    files = list((cache_dir / "profiles").glob("*.yaml"))
+    assert len(files) == 1
+    for garbage in ("{not yaml: [", "just a string", yaml.safe_dump({"key": "other"})):
+        files[0].write_text(garbage)
+        _, _, resolved = auto_profile(target, draft, **FAST)
+        assert resolved.origin.startswith("measured now")
+    entry = yaml.safe_load(files[0].read_text())
+    entry["profile"]["target_ms"] = {2: 1.0}  # no 1-token pass: not a profile
+    files[0].write_text(yaml.safe_dump(entry))
+    assert auto_profile(target, draft, **FAST)[2].origin.startswith("measured now")
+
+
+def test_bf16_is_measured_only_where_it_is_fast(cache_dir, monkeypatch):
+    target, draft = pair()
+    monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
+    _, _, resolved = auto_profile(target, draft, dtype="auto", layout="standard", **FAST)
+    assert {c["dtype"] for c in resolved.candidates} == {"float32"}
+    monkeypatch.setattr(hardware, "fast_bf16", lambda device: True)
+    target, draft, resolved = auto_profile(target, draft, dtype="auto", layout="standard", **FAST)
+    assert {(c["role"], c["dtype"]) for c in resolved.candidates} == {
+        (role, dtype) for role in ("target", "draft") for dtype in ("float32", "bfloat16")}
+    assert str(next(target.parameters()).dtype) == f"torch.{resolved.target_dtype}"
+    assert str(next(draft.parameters()).dtype) == f"torch.{resolved.draft_dtype}"
+
+
+def test_fingerprints_follow_the_weights_not_their_layout():
+    model = tiny_model("llama", seed=0)
+    before = model_fingerprint(model)
+    set_linear_layout(model, "transposed")
+    assert linear_layout(model) == "transposed" and model_fingerprint(model) == before
+    set_linear_layout(model, "standard")
+    assert linear_layout(model) == "standard" and model_fingerprint(model) == before
+    assert model_fingerprint(tiny_model("llama", seed=1)) != before
+
+
+def test_layouts_keep_the_values():
+    model = tiny_model("llama", seed=0)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        reference = model(ids).logits
+        set_linear_layout(model, "transposed")
+        assert torch.allclose(model(ids).logits, reference, atol=1e-5)
+    with pytest.raises(ConfigError, match="layout"):
+        set_linear_layout(model, "diagonal")
+    with pytest.raises(ConfigError, match="layout"):
+        auto_profile(model, None, layout="diagonal", **FAST)
+
+
+def test_device_identity_names_the_cpu():
+    identity = device_identity(torch.device("cpu"))
+    assert identity["type"] == "cpu" and identity["name"] and isinstance(identity["isa"], list)
+    assert set(identity["isa"]) <= set(hardware.ISA_FLAGS)
