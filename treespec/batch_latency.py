@@ -143,11 +143,13 @@ def measure_batch_latency(
     warmup: int = 2,
     seed: int = 0,
     overheads: bool = False,
+    max_seconds: float | None = None,
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> BatchLatencyProfile:
     """Median target pass times t(B, n) for every batch size and tree size, and of one batched draft level of
-    w nodes per row for every B and width w; with `overheads`, the engine's per-step work per B too."""
+    w nodes per row for every B and width w; with `overheads`, the engine's per-step work per B too. With
+    `max_seconds`, rounds stop early once that much time has passed and at least two were timed."""
     batch_sizes = sorted({int(b) for b in batch_sizes})
     sizes = sorted({int(n) for n in sizes} | {1})
     widths = sorted({int(w) for w in draft_widths} | {1}) if draft is not None else []
@@ -166,7 +168,10 @@ def measure_batch_latency(
     prompts = torch.randint(0, vocab, (max(batch_sizes), prefix_len), generator=generator).tolist()
     samples: dict[int, dict[int, list[float]]] = {b: {n: [] for n in sizes} for b in batch_sizes}
     draft_samples: dict[int, dict[int, list[float]]] = {b: {w: [] for w in widths} for b in batch_sizes}
+    start = time.perf_counter()
     for rep in range(warmup + repeats):
+        if max_seconds is not None and rep - warmup >= 2 and time.perf_counter() - start > max_seconds:
+            break
         for rows in batch_sizes:
             for n in sizes:
                 elapsed = _timed_pass(target, caches[rows], rows, prefix_len, n, generator)
@@ -179,7 +184,8 @@ def measure_batch_latency(
         if progress is not None:
             progress(rep)
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
-            "prefix_len": prefix_len, "repeats": repeats, "threads": torch.get_num_threads(), **(settings or {})}
+            "prefix_len": prefix_len, "repeats": len(samples[batch_sizes[0]][1]), "threads": torch.get_num_threads(),
+            **(settings or {})}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
     width_ms = {b: {w: 1000 * statistics.median(v) for w, v in row.items()} for b, row in draft_samples.items() if widths}

@@ -160,10 +160,11 @@ def batch_cache_path(key: dict[str, Any]) -> Path:
 
 def auto_batch_profile(target: torch.nn.Module, draft: torch.nn.Module | None, batch_sizes: Sequence[int], *,
                        sizes: Sequence[int] | None = None, prefix_len: int = 400, repeats: int = 5, warmup: int = 1,
-                       remeasure: bool = False, settings: dict[str, Any] | None = None,
+                       max_seconds: float | None = 120.0, remeasure: bool = False, settings: dict[str, Any] | None = None,
                        progress: Callable[[str, int, int], None] | None = None) -> tuple[BatchLatencyProfile, str]:
     """(the batch profile of these models as configured, where it came from): cached, or measured now
-    (t_B(n), c_B(w) for w in 1..16, and the batched engine's overheads for every B) and cached."""
+    (t_B(n), c_B(w) for w in 1..16, and the batched engine's overheads for every B; the timed rounds stop
+    after `max_seconds` once two were taken) and cached."""
     device = next(target.parameters()).device
     sizes = tuple(sizes or (GPU_BATCH_SIZES if device.type == "cuda" else CPU_BATCH_SIZES))
     key = batch_cache_key(target, draft, batch_sizes=batch_sizes, sizes=sizes, prefix_len=prefix_len)
@@ -180,7 +181,7 @@ def auto_batch_profile(target: torch.nn.Module, draft: torch.nn.Module | None, b
 
     profile = measure_batch_latency(target, draft, batch_sizes=key["batch_sizes"], sizes=sizes,
                                     draft_widths=DRAFT_WIDTHS if draft is not None else (1,), prefix_len=prefix_len,
-                                    repeats=repeats, warmup=warmup, overheads=True,
+                                    repeats=repeats, warmup=warmup, overheads=True, max_seconds=max_seconds,
                                     settings={**(settings or {}), "machine": describe_device(key["device"]),
                                               "layout": key["target_layout"], "draft_layout": key["draft_layout"]},
                                     progress=tick)
