@@ -16,7 +16,7 @@ Writes bench.csv (the table), bench_rows.jsonl (one row per prompt x sampling x 
 
 batch_size=B > 1: the prompts are taken B at a time; treespec methods decode each group with
 `treespec.generate_batch` (trees planned with B's costs, from a batch profile measured on demand), and
-hf_generate decodes the same group as one left-padded batch (hf_assisted takes one prompt at a time only).
+hf_generate decodes the same group as one left-padded batch (hf_assisted, one prompt at a time only, is left out).
 A row is then one group: seconds its wall time, tokens all its rows' tokens, passes the target passes each
 row took part in (so tokens/pass stays per sequence), batched_passes the target's forward calls.
 """
@@ -141,9 +141,14 @@ def run(cfg: DictConfig) -> list[dict]:
     unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
     if unknown:
         raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
-    if cfg.batch_size < 1 or (cfg.batch_size > 1 and "hf_assisted" in methods):
-        raise ConfigError(f"batch_size must be >= 1 (got {cfg.batch_size}), and 1 with hf_assisted (transformers' "
-                          "assisted generation takes one prompt at a time)")
+    if cfg.batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {cfg.batch_size}")
+    if cfg.batch_size > 1 and "hf_assisted" in methods:
+        methods.remove("hf_assisted")
+        print(f"batch size {cfg.batch_size}: hf_assisted left out (transformers' assisted generation takes one prompt "
+              "at a time)", flush=True)
+        if not methods:
+            raise ConfigError("batch_size > 1 leaves no method to run: hf_assisted takes one prompt at a time")
     for method in methods:
         if method not in HF_METHODS and cfg.batch_size == 1:
             check_hardware(cli.to_spec(TreeSpec, cfg.trees[method]), hardware)

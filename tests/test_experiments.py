@@ -208,7 +208,7 @@ def test_batched_run_equals_single_prompt_runs_and_plans_for_its_batch(tmp_path)
 
 def test_bench_with_a_batch_size(tmp_path):
     result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=4", "max_new_tokens=8",
-                  "methods=[hf_generate,autoregressive,chain,dynamic]", "threads=1", "batch_size=2",
+                  "methods=[hf_generate,hf_assisted,autoregressive,chain,dynamic]", "threads=1", "batch_size=2",
                   "samplings=[{name: greedy, temperature: 0.0, top_p: 1.0, top_k: 0}]", f"hydra.run.dir={tmp_path}")
     table = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["table"]}
     assert set(table) == {"hf_generate", "autoregressive", "chain", "dynamic"}
@@ -217,7 +217,7 @@ def test_bench_with_a_batch_size(tmp_path):
     assert table["autoregressive"]["tokens_per_pass"] == pytest.approx(1.0) and table["chain"]["tokens_per_pass"] > 1
     rows = [json.loads(x) for x in (tmp_path / "bench_rows.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 4 and all(len(r["output"]) == 2 and r["batched_passes"] >= 1 for r in rows)
-    assert "batch size 2" in result.stdout
+    assert "batch size 2" in result.stdout and "hf_assisted left out" in result.stdout
     with pytest.raises(AssertionError, match="hf_assisted"):
         _app("bench.py", "model=tiny", "hardware=none", "batch_size=2", "methods=[hf_assisted]", f"hydra.run.dir={tmp_path}")
 
