@@ -81,6 +81,9 @@ def test_measured_draft_widths_and_overheads(tmp_path):
     back = BatchLatencyProfile.from_yaml(path)
     assert back.draft_width_ms[2] == pytest.approx(profile.draft_width_ms[2], abs=1e-3)
     assert back.overhead_ms == pytest.approx(profile.overhead_ms, abs=1e-3)
+    assert profile.relative_latency()[2][3] == pytest.approx(profile.target_ms[2][3] / profile.target_ms[1][1])
+    with pytest.raises(ConfigError, match="needs batch size 1"):
+        BatchLatencyProfile({2: {1: 1.0}}, {}).relative_latency()
     # a profile written before widths and overheads were measured still reads (they default to c(1) and 0)
     old = BatchLatencyProfile.from_dict({"target_ms": {2: {1: 5.0, 2: 6.0}}, "draft_ms": {2: 1.0}}).at_batch(2)
     assert old.draft_costs == {1: 0.2} and old.overhead_ms == 0.0

@@ -56,6 +56,13 @@ class BatchLatencyProfile:
                               {**self.settings, "batch_size": batch}, dict(self.draft_width_ms.get(batch, {})),
                               self.overhead_ms.get(batch, 0.0), self.baseline_overhead_ms.get(batch, 0.0))
 
+    def relative_latency(self) -> dict[int, dict[int, float]]:
+        """[B][n]: t(B, n) relative to the single-sequence 1-token pass t(1, 1) (needs B = 1 measured)."""
+        if 1 not in self.target_ms:
+            raise ConfigError(f"t(B, n) relative to t(1, 1) needs batch size 1 measured (measured: {self.batch_sizes})")
+        base = self.target_ms[1][1]
+        return {b: {n: ms / base for n, ms in sorted(row.items())} for b, row in sorted(self.target_ms.items())}
+
     def per_row_ms(self) -> dict[int, dict[int, float]]:
         """[B][n]: ms of a pass per row, the price of a tree of n nodes for one sequence in a batch of B."""
         return {b: {n: ms / b for n, ms in row.items()} for b, row in sorted(self.target_ms.items())}
@@ -215,9 +222,9 @@ def measure_batch_overheads(target: PreTrainedModel, draft: PreTrainedModel | No
     prompts = torch.randint(0, vocab, (batch, prefix_len), generator=generator).tolist()
 
     def mean_step_ms(tree) -> float:
-        for tokens in (3, steps):  # the first call warms up
+        for tokens in (3, steps):  # the first call warms up; room for 3 tokens a step keeps every row to the end
             decoder = BatchDecoder(target, draft if tree is not None else None, prompts, tree=tree,
-                                   max_new_tokens=tokens, eos_token_id=[])
+                                   max_new_tokens=3 * tokens, eos_token_id=[])
             start, passes = decoder.clock(), 0
             while decoder.live and passes < tokens:
                 decoder.step()
