@@ -9,6 +9,21 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 # Tiny models gain nothing from intra-op threads, and thread hand-offs dominate their step time.
 torch.set_num_threads(1)
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_profile_cache(tmp_path_factory):
+    """Profiles measured by tests (hardware=auto, in-process and in subprocesses) go to a directory of the
+    session's own, never into the user's cache; the dequantized default target is still shared."""
+    import os
+
+    previous = os.environ.get("TREESPEC_PROFILES")
+    os.environ["TREESPEC_PROFILES"] = str(tmp_path_factory.mktemp("profiles"))
+    yield
+    if previous is None:
+        os.environ.pop("TREESPEC_PROFILES", None)
+    else:
+        os.environ["TREESPEC_PROFILES"] = previous
+
 ARCHS = ("llama", "qwen2", "gpt2")
 ATTNS = ("eager", "sdpa")
 

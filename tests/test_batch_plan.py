@@ -90,17 +90,17 @@ def test_measured_draft_widths_and_overheads(tmp_path):
 
 
 def test_auto_batch_profile_is_cached_by_models_and_batch_sizes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TREESPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
     target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
     options = dict(sizes=(1, 2), prefix_len=8, repeats=1, warmup=0)
     first, origin = auto_batch_profile(target, draft, (1, 2), **options)
     assert origin.startswith("measured now") and first.batch_sizes == [1, 2] and set(first.overhead_ms) == {1, 2}
-    files = list((tmp_path / "profiles").glob("batch-*.yaml"))
+    files = list(tmp_path.glob("batch-*.yaml"))
     assert len(files) == 1
     again, origin = auto_batch_profile(target, draft, (2, 1), **options)
     assert origin.startswith("cached") and again.target_ms[2] == pytest.approx(first.target_ms[2], abs=1e-3)
     _, origin = auto_batch_profile(target, draft, (2,), **options)  # other batch sizes: another entry
-    assert origin.startswith("measured now") and len(list((tmp_path / "profiles").glob("batch-*.yaml"))) == 2
+    assert origin.startswith("measured now") and len(list(tmp_path.glob("batch-*.yaml"))) == 2
     files[0].write_text("not: [a profile")  # a damaged entry is measured again
     _, origin = auto_batch_profile(target, draft, (1, 2), **options)
     assert origin.startswith("measured now")

@@ -108,7 +108,7 @@ def test_take_prompt_keeps_the_text_verbatim():
 
 
 def test_the_report_names_the_machine_and_the_profile_origin(tmp_path):
-    env = {"TREESPEC_CACHE": str(tmp_path)}
+    env = {"TREESPEC_PROFILES": str(tmp_path)}
     args = ["model=tiny", "tree=chain", "max_new_tokens=4", "hardware.repeats=1", "hardware.prefix_len=16"]
     first, second = (run_cli(*args, env=env) for _ in range(2))
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)

@@ -16,7 +16,7 @@ FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TREESPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
     return tmp_path
 
 
@@ -78,7 +78,7 @@ def test_a_key_change_measures_again(cache_dir, count_measurements, change, monk
 def test_a_corrupt_cache_file_is_measured_again(cache_dir, count_measurements):
     target, draft = pair()
     auto_profile(target, draft, **FAST)
-    files = list((cache_dir / "profiles").glob("*.yaml"))
+    files = list(cache_dir.glob("*.yaml"))
     assert len(files) == 1
     for garbage in ("{not yaml: [", "just a string", yaml.safe_dump({"key": "other"})):
         files[0].write_text(garbage)

@@ -32,9 +32,9 @@ import yaml
 
 from treespec.batch_latency import BatchLatencyProfile, measure_batch_latency
 from treespec.errors import ConfigError
-from treespec.hardware import _write_cache, describe_device, device_identity, model_fingerprint
+from treespec.hardware import write_cache, describe_device, device_identity, model_fingerprint, profiles_dir
 from treespec.latency import DRAFT_WIDTHS
-from treespec.models import cache_root, dtype_name, linear_layout
+from treespec.models import dtype_name, linear_layout
 from treespec.optimizer import level_widths
 from treespec.planner import Plan, StepCosts, plan_tree
 
@@ -155,7 +155,7 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
 
 def batch_cache_path(key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return cache_root() / "profiles" / f"batch-{digest}.yaml"
+    return profiles_dir() / f"batch-{digest}.yaml"
 
 
 def auto_batch_profile(target: torch.nn.Module, draft: torch.nn.Module | None, batch_sizes: Sequence[int], *,
@@ -190,5 +190,5 @@ def auto_batch_profile(target: torch.nn.Module, draft: torch.nn.Module | None, b
                                   {**profile.settings, "measured_seconds": round(seconds, 1)}, profile.draft_width_ms,
                                   profile.overhead_ms, profile.baseline_overhead_ms)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
-    _write_cache(path, {"key": key, "measured_at": measured_at, "profile": profile.to_dict()})
+    write_cache(path, {"key": key, "measured_at": measured_at, "profile": profile.to_dict()})
     return profile, f"measured now ({seconds:.1f} s; cached in {path})"

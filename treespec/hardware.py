@@ -5,7 +5,7 @@ or linear weights stored transposed: `models.set_linear_layout`) and, with dtype
 (only on a GPU or a CPU with AMX / avx512_bf16), for the target and the draft separately. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
-the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/`, keyed by the
+the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
 device's identity (CPU model and the ISA flags that matter, or the GPU's name), torch's version, the
 thread count, fingerprints of both models' weights, and the dtype and layout asked for. A later run with
 the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be read measures again.
@@ -133,9 +133,14 @@ class ResolvedHardware:
                 "candidates": list(self.candidates)}
 
 
+def profiles_dir() -> Path:
+    """Where measured profiles are cached: $TREESPEC_PROFILES, default $TREESPEC_CACHE/profiles."""
+    return Path(os.environ.get("TREESPEC_PROFILES") or cache_root() / "profiles")
+
+
 def _cache_path(key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return cache_root() / "profiles" / f"{digest}.yaml"
+    return profiles_dir() / f"{digest}.yaml"
 
 
 def _read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -154,7 +159,8 @@ def _read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def _write_cache(path: Path, entry: dict[str, Any]) -> None:
+def write_cache(path: Path, entry: dict[str, Any]) -> None:
+    """Write a cache entry as YAML atomically (a temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".yaml", dir=path.parent)
     with os.fdopen(handle, "w") as out:
@@ -284,7 +290,7 @@ def auto_profile(
     choice = {"target_dtype": t_dtype, "target_layout": t_layout,
               "draft_dtype": draft_choice[1] if draft_choice else None,
               "draft_layout": draft_choice[2] if draft_choice else None}
-    _write_cache(path, {"key": key, "measured_at": measured_at, "choice": choice, "profile": profile.to_dict(),
+    write_cache(path, {"key": key, "measured_at": measured_at, "choice": choice, "profile": profile.to_dict(),
                         "candidates": candidates})
     return target, draft, _resolved(profile, f"measured now ({seconds:.1f} s; cached in {path})", identity, target,
                                     draft, candidates)
