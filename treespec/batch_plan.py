@@ -32,7 +32,7 @@ import yaml
 
 from treespec.batch_latency import BatchLatencyProfile, measure_batch_latency
 from treespec.errors import ConfigError
-from treespec.hardware import write_cache, describe_device, device_identity, model_fingerprint, profiles_dir
+from treespec.hardware import describe_device, device_identity, model_fingerprint, profiles_dir, write_cache
 from treespec.latency import DRAFT_WIDTHS
 from treespec.models import dtype_name, linear_layout
 from treespec.optimizer import level_widths
