@@ -143,6 +143,6 @@ def test_noisy_draft(arch):
     target = _target(arch)
     draft = noisy_copy(target, 0.1, seed=1)
     steps = []
-    for name, tree in base_policies().items():
+    for tree in base_policies().values():
         steps += _decode_all(target, draft, lambda tree=tree: tree)
     assert _depth2(steps) >= 3 and _non_first(steps) >= 3, [s.accepted_ranks for s in steps]
