@@ -91,8 +91,7 @@ class SequenceLaw:
     def sample_next(self, prefixes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One next symbol for each [R, j] prefix (all of the same length j), drawn from the law."""
         j = prefixes.shape[1]
-        codes = prefixes.astype(np.int64) @ (self.symbols ** np.arange(j - 1, -1, -1)) if j else np.zeros(len(prefixes),
-                                                                                                          np.int64)
+        codes = prefixes.astype(np.int64) @ (self.symbols ** np.arange(j - 1, -1, -1, dtype=np.int64))  # [R]
         cum = self.level(j)[codes].cumsum(1)
         u = rng.random(len(prefixes))[:, None] * cum[:, -1:]
         return np.minimum((cum <= u).sum(1), self.symbols - 1)
