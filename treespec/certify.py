@@ -7,6 +7,9 @@ Two levels, one statistic:
                 path); children are drawn by the mode's drafting rule, vectorised over draws; each step's
                 output (accepted tokens + bonus) is continued by sampling the target table up to L tokens.
                 The law to match is the target table's own: p(x1) p(x2 | x1) ... (`table_law`).
+                Greedy is deterministic given the rows: `greedy_verification` checks it exactly over many
+                random tables. A drafting rule with other q rows (e.g. a vocabulary subset: q zero outside
+                it) is a `RowTables` built by the caller.
   end to end    `target_law` enumerates a tiny model's exact law of its first L new tokens; `EngineDecoder`
                 runs treespec.generate with seeds. Any other decoding path (vocabulary-subset drafts,
                 adaptive depth, batches) plugs in as a `Decode`: seeds -> token sequences.
