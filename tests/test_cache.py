@@ -5,7 +5,7 @@ import torch
 from conftest import ARCHS, tiny_model
 from transformers import DynamicCache
 
-from treespec.cache import cache_length, commit, new_cache
+from treespec.cache import PreallocatedLayer, cache_length, commit, new_cache
 from treespec.draft import ModelDrafter, StepOutcome
 from treespec.errors import ConfigError
 from treespec.mask import flatten
@@ -17,25 +17,52 @@ def _layers(cache):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("accepted", [(0,), (0, 2), (0, 1, 4), (0, 2, 6)])
+@pytest.mark.parametrize("accepted", [(0,), (0, 2), (0, 1, 4), (0, 2, 6), (0, 2, 5)])
 def test_commit_equals_rebuilt_cache(arch, accepted):
+    """The engine's own cache (new_cache: PreallocatedLayer per layer), as the engine uses it: a prefill, a
+    tree pass, commit, then the next pass; against a cache built from the accepted tokens from scratch."""
     model = tiny_model(arch, sharpness=1.0)
     prefix = [5, 9, 13, 2]
     tree = kary([2, 2])  # nodes: 0 | 1 2 | 3 4 (under 1) 5 6 (under 2)
     tokens = torch.tensor([7, 20, 21, 30, 31, 32, 33])
     with torch.no_grad():
-        cache = DynamicCache()
+        cache = new_cache(model, 32)
         model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
         flat = flatten(tokens, tree.parents, tree.depths, len(prefix), torch.float32)
         model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
               cache=cache, use_cache=True)
         commit(cache, len(prefix), accepted)
-        fresh = DynamicCache()
-        model(input_ids=torch.tensor([prefix + tokens[list(accepted)].tolist()]), cache=fresh, use_cache=True)
-    assert cache_length(cache) == len(prefix) + len(accepted)
-    for (k, v), (k2, v2) in zip(_layers(cache), _layers(fresh)):
-        torch.testing.assert_close(k, k2, atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(v, v2, atol=1e-5, rtol=1e-4)
+        fresh = new_cache(model, 32)
+        kept = prefix + tokens[list(accepted)].tolist()
+        model(input_ids=torch.tensor([kept]), cache=fresh, use_cache=True)
+        assert all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
+        assert cache_length(cache) == len(kept)
+        for (k, v), (k2, v2) in zip(_layers(cache), _layers(fresh)):
+            torch.testing.assert_close(k, k2, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(v, v2, atol=1e-5, rtol=1e-4)
+        # the next pass (the bonus as the new root) reads the committed slots
+        after = model(input_ids=torch.tensor([[40]]), position_ids=torch.tensor([[len(kept)]]), cache=cache,
+                      use_cache=True).logits[0, -1]
+        expected = model(input_ids=torch.tensor([kept + [40]])).logits[0, -1]
+    torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_commit_keeps_the_gathered_slots_not_the_first_ones():
+    """A commit that kept the first slots instead of the accepted path's would pass a contiguous path;
+    a non-first sibling's path tells them apart."""
+    model = tiny_model("llama", sharpness=1.0)
+    prefix, tree = [5, 9, 13, 2], kary([2, 2])
+    tokens = torch.tensor([7, 20, 21, 30, 31, 32, 33])
+    with torch.no_grad():
+        cache = new_cache(model, 32)
+        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
+        flat = flatten(tokens, tree.parents, tree.depths, len(prefix), torch.float32)
+        model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
+              cache=cache, use_cache=True)
+        keys_of_node_6 = [layer.keys[..., len(prefix) + 6, :].clone() for layer in cache.layers]
+        commit(cache, len(prefix), (0, 2, 6))
+        for layer, key in zip(cache.layers, keys_of_node_6):
+            torch.testing.assert_close(layer.keys[..., len(prefix) + 2, :], key)
 
 
 def test_drafter_cache_tracks_accepted_tokens():
