@@ -190,7 +190,7 @@ def generate(
     """Speculative decoding with a token tree; the output is distributed exactly as the target's own.
 
     tree: a `TreeShape` (e.g. `treespec.optimizer.sequoia_tree(...)`), a policy from `treespec.policies`
-        (Chain, KAry, Paths, Sequoia, Static, Dynamic), or None for plain autoregressive decoding.
+        (Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive), or None for plain autoregressive decoding.
     temperature 0 = greedy; top_p and top_k are applied to target and draft alike.
     eos_token_id: None uses the target's generation config; generation stops after the first EOS.
     streamer: called with the new tokens of every step, as soon as they are accepted.
