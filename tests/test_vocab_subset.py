@@ -102,3 +102,13 @@ def test_first_two_tokens_follow_the_target_with_a_subset(pair, children):
     assert accepted_drafts > RUNS * 0.2, "the test needs drafts that are often accepted"
     assert counts[outside].sum() > 10, "tokens outside S come only from the residual: the test must see some"
     assert chi2_pvalue(counts, exact) > 1e-3
+
+
+def test_subset_head_keeps_the_transposed_layout():
+    from treespec.models import transpose_linear_storage
+
+    draft = transpose_linear_storage(tiny_model("llama", seed=1, layers=1))
+    vocab = torch.tensor([1, 5, 9, 33])
+    drafter = ModelDrafter(draft, 32, vocab)
+    assert drafter._weight.t().is_contiguous() and not drafter._weight.is_contiguous()
+    assert torch.equal(drafter._weight, draft.lm_head.weight[vocab])

@@ -92,7 +92,7 @@ class ModelDrafter:
             self._subset_head(torch.as_tensor(vocab, dtype=torch.long))
 
     def _subset_head(self, vocab: torch.Tensor) -> None:
-        """Keep the LM head's rows for `vocab` [S] (a copy, contiguous): the only head the drafter runs."""
+        """Keep a copy of the LM head's rows for `vocab` [S]: the only head the drafter runs."""
         head = self.model.get_output_embeddings()
         config = self.model.config.get_text_config()
         if not isinstance(head, torch.nn.Linear) or getattr(config, "final_logit_softcapping", None):
@@ -105,7 +105,9 @@ class ModelDrafter:
         self.vocab = vocab.to(self.device)
         self.vocab_size = size
         with torch.no_grad():
-            self._weight = head.weight[self.vocab].contiguous()  # [S, H]
+            weight = head.weight[self.vocab]  # [S, H]
+            # keep the head's memory layout (models.transpose_linear_storage stores [H, S] for small-M GEMMs)
+            self._weight = weight.contiguous() if head.weight.is_contiguous() else weight.t().contiguous().t()
             self._bias = head.bias[self.vocab].contiguous() if head.bias is not None else None  # [S]
 
     def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
