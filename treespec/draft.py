@@ -13,11 +13,17 @@ them (`treespec.eagle.EagleDrafter`); the engine computes them only for drafters
 `ModelDrafter` runs any causal LM that shares the target's tokenizer, with its own KV cache. Its cache
 holds the committed tokens, then (during a step) `pending` tokens accepted earlier but not yet seen by
 the draft (the last accepted node when it was a leaf), the root, and one slot per forwarded tree node.
+
+Vocabulary subsets: given `vocab` (S token ids, e.g. `vocab_subset(token_counts(...), size)`), the
+drafter multiplies its last hidden states by only those S rows of the LM head (for a 0.5B Qwen the full
+151,936-row head is 136M of 494M parameters) and returns logits over the full V with -inf outside S.
+q is then the draft's distribution renormalised over S; proposals never leave S, and every verification
+rule stays exactly lossless (ALGORITHMS.md section 8): the target still scores the full vocabulary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +31,7 @@ import torch
 from transformers import PreTrainedModel
 
 from treespec.cache import cache_length, commit, new_cache
+from treespec.errors import ConfigError
 from treespec.mask import additive
 
 
@@ -48,16 +55,60 @@ class Drafter(Protocol):
     def observe(self, outcome: StepOutcome) -> None: ...
 
 
+def token_counts(sequences: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
+    """How often each token id occurs in `sequences` (e.g. the target's answers on a prompt pool): [V] long."""
+    ids = [int(t) for seq in sequences for t in seq]
+    if any(not 0 <= t < vocab_size for t in ids):
+        raise ConfigError(f"token ids must lie in [0, {vocab_size})")
+    return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab_size)
+
+
+def vocab_subset(counts: torch.Tensor, size: int, always: Collection[int] = ()) -> torch.Tensor:
+    """The `size` most frequent token ids of counts [V] (ties: lower id first) plus `always` (e.g. EOS
+    and special tokens), sorted: [S] long, S <= size + len(always)."""
+    if counts.dim() != 1:
+        raise ConfigError(f"counts must be one count per token id, got shape {tuple(counts.shape)}")
+    if not 1 <= size <= counts.numel():
+        raise ConfigError(f"size must be in [1, {counts.numel()}], got {size}")
+    order = torch.sort(counts.double(), descending=True, stable=True).indices  # stable: ties keep id order
+    keep = set(order[:size].tolist()) | {int(t) for t in always}
+    if any(not 0 <= t < counts.numel() for t in keep):
+        raise ConfigError(f"always-kept token ids must lie in [0, {counts.numel()})")
+    return torch.tensor(sorted(keep), dtype=torch.long)
+
+
 class ModelDrafter:
-    """A causal-LM draft with its own KV cache; see module docstring for the cache layout."""
+    """A causal-LM draft with its own KV cache; see module docstring for the cache layout and `vocab`."""
 
     wants_target_hidden = False
 
-    def __init__(self, model: PreTrainedModel, max_length: int):
+    def __init__(self, model: PreTrainedModel, max_length: int, vocab: torch.Tensor | None = None):
         self.model = model
         self.max_length = max_length
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.vocab = None
+        if vocab is not None:
+            self._subset_head(torch.as_tensor(vocab, dtype=torch.long))
+
+    def _subset_head(self, vocab: torch.Tensor) -> None:
+        """Keep a copy of the LM head's rows for `vocab` [S]: the only head the drafter runs."""
+        head = self.model.get_output_embeddings()
+        config = self.model.config.get_text_config()
+        if not isinstance(head, torch.nn.Linear) or getattr(config, "final_logit_softcapping", None):
+            raise ConfigError("a vocabulary subset needs a draft whose LM head is a plain linear layer")
+        size = head.weight.shape[0]
+        if vocab.dim() != 1 or vocab.numel() == 0 or vocab.unique().numel() != vocab.numel():
+            raise ConfigError("the draft vocabulary subset must be a non-empty 1-D list of distinct token ids")
+        if int(vocab.min()) < 0 or int(vocab.max()) >= size:
+            raise ConfigError(f"the draft vocabulary subset has ids outside [0, {size})")
+        self.vocab = vocab.to(self.device)
+        self.vocab_size = size
+        with torch.no_grad():
+            weight = head.weight[self.vocab]  # [S, H]
+            # keep the head's memory layout (models.transpose_linear_storage stores [H, S] for small-M GEMMs)
+            self._weight = weight.contiguous() if head.weight.is_contiguous() else weight.t().contiguous().t()
+            self._bias = head.bias[self.vocab].contiguous() if head.bias is not None else None  # [S]
 
     def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
         self.cache = new_cache(self.model, self.max_length)
@@ -67,23 +118,33 @@ class ModelDrafter:
         self._parent: dict[int, int] = {}
         self._depth: dict[int, int] = {}
 
-    def _forward(self, tokens: Sequence[int], positions: Sequence[int], visible: torch.Tensor) -> torch.Tensor:
-        """Run M new tokens over the cache; visible [M, L + M] bool. Returns logits [M, V]."""
-        out = self.model(
+    def _forward(self, tokens: Sequence[int], positions: Sequence[int], visible: torch.Tensor,
+                 last_only: bool = False) -> torch.Tensor:
+        """Run M new tokens over the cache; visible [M, L + M] bool. Returns logits [M, V] (or [1, V] of the
+        last token when `last_only` and a subset head is used)."""
+        inputs = dict(
             input_ids=torch.tensor([list(tokens)], device=self.device),
             position_ids=torch.tensor([list(positions)], device=self.device),
             attention_mask=additive(visible.to(self.device), self.dtype),
             cache=self.cache,
             use_cache=True,
         )
-        return out.logits[0]
+        if self.vocab is None:
+            return self.model(**inputs).logits[0]
+        hidden = self.model.base_model(**inputs).last_hidden_state[0]  # [M, H]
+        if last_only:
+            hidden = hidden[-1:]
+        sub = torch.nn.functional.linear(hidden, self._weight, self._bias)  # [M, S]
+        logits = sub.new_full((sub.shape[0], self.vocab_size), float("-inf"))  # [M, V]
+        logits[:, self.vocab] = sub
+        return logits
 
     def root_logits(self, root_token: int) -> torch.Tensor:
         chain = self.pending + [int(root_token)]
         length, m = self.committed, len(chain)
         visible = torch.ones(m, length + m, dtype=torch.bool)
         visible[:, length:] = torch.ones(m, m, dtype=torch.bool).tril()
-        logits = self._forward(chain, range(length, length + m), visible)
+        logits = self._forward(chain, range(length, length + m), visible, last_only=True)
         self._root_slot = length + m - 1
         self._slot, self._parent, self._depth = {0: self._root_slot}, {0: -1}, {0: 0}
         return logits[-1]

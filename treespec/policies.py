@@ -8,6 +8,10 @@ expansion vector), `Paths(paths)` (Medusa/EAGLE choices), `Sequoia(accept, budge
 optimum) or `Static(shape)`. Children of a node are, under greedy decoding, the draft's top-k; under
 sampling, `children="without_replacement"` (Sequoia, default), `"with_replacement"` (SpecInfer) or
 `"deterministic"` (top-k of q). `Dynamic(budget, depth, topk)` grows a per-context tree (EAGLE-2).
+`Adaptive(max_depth, threshold, width)` drafts a chain (each chain node with `width` children, the first
+continuing it) for as long as the chain's draft probability stays at or above `threshold` (assisted
+generation's confidence stop), so an expensive draft stops early on text it is unsure of. Its shape
+depends only on draft-side quantities, so it is lossless (ALGORITHMS.md section 8).
 A node holding an EOS token is never expanded; a node whose q has fewer non-zero tokens than the
 shape asks for gets fewer children, so the realised tree can be smaller than the shape.
 """
@@ -206,6 +210,58 @@ class Dynamic:
         return _assemble(tokens, parents, {}, mode, drafter_ids)
 
 
+@dataclass(frozen=True)
+class Adaptive:
+    """A confidence-stopped chain, optionally with side leaves: the root and each chain node get `width`
+    children (drawn by the `children` rule under sampling, the top-`width` under greedy); the first child
+    continues the chain while the product of the draft probabilities along the chain is >= `threshold`
+    (q after sampling processing; the temperature-1 softmax under greedy). At most `max_depth` levels
+    including the root; one draft forward per level. Verified like a static tree of the same rule."""
+
+    max_depth: int
+    threshold: float
+    width: int = 1
+    children: str = "without_replacement"
+    name: str = field(default="adaptive")
+
+    def __post_init__(self):
+        if self.max_depth < 1:
+            raise ConfigError(f"max_depth (levels incl. the root) must be >= 1, got {self.max_depth}")
+        if not 0 <= self.threshold <= 1:
+            raise ConfigError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.width < 1:
+            raise ConfigError(f"width must be >= 1, got {self.width}")
+        if self.children not in CHILDREN_MODES:
+            raise ConfigError(f"children must be one of {CHILDREN_MODES}, got '{self.children}'")
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "budget": 1 + (self.max_depth - 1) * self.width, "depth": self.max_depth,
+                "threshold": self.threshold, "width": self.width, "children": self.children}
+
+    def draft(self, drafter: Drafter, root: int, sampling: SamplingConfig, generator: torch.Generator | None,
+              eos: Collection[int], max_levels: int) -> DraftTree:
+        mode = "greedy" if sampling.greedy else self.children
+        levels = min(self.max_depth, max_levels)
+        tokens, parents, q_rows = [int(root)], [-1], {}
+        if levels <= 1:
+            return _assemble(tokens, parents, q_rows, mode)
+        node, logits, confidence = 0, drafter.root_logits(root), 1.0
+        for level in range(1, levels):
+            picked, q = _pick_children(logits, self.width, sampling, self.children, generator)
+            if q is not None:
+                q_rows[node] = q
+            first = len(tokens)
+            tokens.extend(int(t) for t in picked)
+            parents.extend([node] * len(picked))
+            best = tokens[first]
+            confidence *= float(q[best] if q is not None else torch.softmax(logits.float(), -1)[best])
+            if level + 1 >= levels or confidence < self.threshold or best in eos:
+                break
+            node = first
+            logits = drafter.node_logits([node], [best], [parents[node]])[0]
+        return _assemble(tokens, parents, q_rows, mode)
+
+
 def _lineage(cands, c) -> tuple[int, ...]:
     """Rank path of candidate c (sort key that puts siblings in rank order under the same parent order)."""
     ranks = []
@@ -225,5 +281,5 @@ def as_policy(tree) -> TreePolicy:
         return tree
     raise ConfigError(
         f"tree must be a TreeShape (e.g. treespec.optimizer.sequoia_tree(...)), a policy from treespec.policies "
-        f"(Chain, KAry, Paths, Sequoia, Static, Dynamic) or None, got {type(tree).__name__}"
+        f"(Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive) or None, got {type(tree).__name__}"
     )

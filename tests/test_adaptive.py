@@ -1,0 +1,114 @@
+"""The confidence-stopped policy: where it stops, greedy parity, losslessness under sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import ARCHS, tiny_model
+from test_engine import PROMPTS, reference
+from test_lossless import PROMPT, RUNS, V, chi2_pvalue, exact_first_two
+
+import treespec
+from treespec import policies
+from treespec.errors import ConfigError
+from treespec.sampling import SamplingConfig
+
+
+class ScriptedDrafter:
+    """Every node's draft puts probability `top` on token (depth + 1) and spreads the rest evenly."""
+
+    wants_target_hidden = False
+
+    def __init__(self, top: float, vocab: int = 16):
+        self.top, self.vocab, self.forwards = top, vocab, []
+
+    def _logits(self, depth: int) -> torch.Tensor:
+        probs = torch.full((self.vocab,), (1 - self.top) / (self.vocab - 1))
+        probs[depth + 1] = self.top
+        return probs.log()
+
+    def root_logits(self, root_token):
+        self.depth = {0: 0}
+        return self._logits(0)
+
+    def node_logits(self, nodes, tokens, parents):
+        self.forwards.append(list(tokens))
+        for node, parent in zip(nodes, parents):
+            self.depth[node] = self.depth[parent] + 1
+        return torch.stack([self._logits(self.depth[n]) for n in nodes])
+
+
+@pytest.mark.parametrize("threshold, drafted", [(0.7, 4), (0.8, 3), (0.89, 2), (0.95, 1), (0.0, 7), (0.45, 7)])
+def test_stops_when_the_chain_probability_drops_below_the_threshold(threshold, drafted):
+    # chain probabilities 0.9, 0.81, 0.729, 0.656, ...: the token that falls below the threshold is the last one
+    drafter = ScriptedDrafter(0.9)
+    tree = policies.Adaptive(max_depth=8, threshold=threshold).draft(drafter, 0, SamplingConfig(), None, eos=(), max_levels=99)
+    assert tree.tokens.tolist() == list(range(drafted + 1))
+    assert tree.shape.parents == tuple(range(-1, drafted))
+    assert len(drafter.forwards) == drafted - 1  # one draft forward per level after the root's
+    if drafted < 7:  # stopped by the threshold, not by max_depth: the last token took the chain below it
+        assert 0.9 ** (drafted - 1) >= threshold > 0.9**drafted
+
+
+def test_width_adds_side_leaves_and_limits_hold():
+    drafter = ScriptedDrafter(0.9)
+    tree = policies.Adaptive(max_depth=4, threshold=0.0, width=3).draft(drafter, 0, SamplingConfig(), None, eos=(),
+                                                                        max_levels=99)
+    assert tree.shape.parents == (-1, 0, 0, 0, 1, 1, 1, 4, 4, 4)  # the first child of each level continues
+    assert tree.tokens.tolist()[1::3] == [1, 2, 3] and len(drafter.forwards) == 2
+    short = policies.Adaptive(max_depth=8, threshold=0.0).draft(ScriptedDrafter(0.9), 0, SamplingConfig(), None,
+                                                                 eos=(), max_levels=3)
+    assert short.shape.levels == 3
+    eos = policies.Adaptive(max_depth=8, threshold=0.0).draft(ScriptedDrafter(0.9), 0, SamplingConfig(), None,
+                                                               eos={2}, max_levels=99)
+    assert eos.tokens.tolist() == [0, 1, 2]  # an EOS is never expanded
+    for bad in [dict(max_depth=0, threshold=0.5), dict(max_depth=3, threshold=1.5), dict(max_depth=3, threshold=0.5, width=0),
+                dict(max_depth=3, threshold=0.5, children="nope")]:
+        with pytest.raises(ConfigError):
+            policies.Adaptive(**bad)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_parity(arch):
+    target = tiny_model(arch, seed=0)
+    draft = tiny_model(arch, seed=1, layers=1)
+    for prompt in PROMPTS:
+        expected = reference(target, prompt, 24)
+        depths = set()
+        for tree in (policies.Adaptive(6, 0.5), policies.Adaptive(6, 0.0, width=2), policies.Adaptive(5, 0.9, width=3)):
+            got = treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=24)
+            assert got.tokens == expected, (arch, tree, prompt)
+            depths |= {s.tree_depth for s in got.steps}
+        assert len(depths) > 1, "the stop must vary with the context"
+
+
+def test_self_draft_runs_to_full_depth(llama_pair):
+    target, _ = llama_pair
+    got = treespec.generate(target, target, PROMPTS[0], tree=policies.Adaptive(5, 0.0), max_new_tokens=25)
+    assert got.tokens == reference(target, PROMPTS[0], 25)
+    assert [s.accepted for s in got.steps] == [5] * 5
+
+
+@pytest.fixture(scope="module")
+def pair():
+    # the pair of test_lossless: moderately peaked target, a different draft
+    return (tiny_model("llama", seed=10, vocab=V, hidden=16, layers=1, sharpness=6.0),
+            tiny_model("llama", seed=11, vocab=V, hidden=16, layers=1, sharpness=4.0))
+
+
+@pytest.mark.parametrize("children, width", [("without_replacement", 2), ("with_replacement", 1)])
+def test_first_two_tokens_follow_the_target(pair, children, width):
+    target, draft = pair
+    sampling = SamplingConfig(0.8)
+    exact = exact_first_two(target, sampling)
+    counts, accepted_drafts, depths = np.zeros((V, V)), 0, []
+    for run in range(RUNS):
+        out = treespec.generate(target, draft, PROMPT, tree=policies.Adaptive(4, 0.35, width, children),
+                                max_new_tokens=3, temperature=0.8, seed=run)
+        counts[out.tokens[0], out.tokens[1]] += 1
+        accepted_drafts += out.steps[0].accepted - 1
+        depths.append(out.steps[0].tree_depth)
+    assert accepted_drafts > RUNS * 0.2, "the test needs drafts that are often accepted"
+    assert min(np.bincount(depths)[2:4]) > RUNS * 0.05, "the test needs both early and late stops"
+    assert chi2_pvalue(counts, exact) > 1e-3
