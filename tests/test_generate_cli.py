@@ -52,6 +52,14 @@ def test_sequoia_hardware_aware_choice_and_sampling(tmp_path):
     assert rows["acceptance"].endswith("(model tiny, sampled)")
 
 
+def test_adaptive_tree_from_the_command_line():
+    result = run_cli(*TINY, "tree=adaptive", "tree.max_depth=5", "tree.threshold=0.2", "compare=true",
+                     "max_new_tokens=10")
+    assert result.returncode == 0, result.stderr
+    rows = report(result.stdout)
+    assert rows["tree"].startswith("adaptive, budget 5, depth 5") and rows["outputs identical"] == "yes"
+
+
 def test_dynamic_tree_and_prompt_file(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "One"}\n{"prompt": "Two"}\n')

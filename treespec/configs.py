@@ -21,11 +21,11 @@ from treespec.latency import LatencyProfile
 from treespec.models import check_pair, load_model, load_tokenizer, set_linear_layout
 from treespec.optimizer import expected_tokens, sequoia_tree
 from treespec.planner import plan_tree
-from treespec.policies import CHILDREN_MODES, Dynamic, Static, TreePolicy
+from treespec.policies import CHILDREN_MODES, Adaptive, Dynamic, Static, TreePolicy
 from treespec.sampling import SamplingConfig
 from treespec.tree import TreeShape, chain, kary
 
-POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "file")
+POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file")
 
 
 @dataclass
@@ -52,6 +52,8 @@ class TreeSpec:
     max_depth: Optional[int] = None  # levels incl. the root (sequoia: None = hardware-aware)
     max_budget: int = 64  # search range of the hardware-aware choice
     topk: int = 4  # dynamic: expansion width
+    threshold: float = 0.4  # adaptive: keep drafting while the chain's draft probability stays >= this
+    width: int = 1  # adaptive: children of the root and of each chain node
     children: str = "without_replacement"  # static trees under sampling: see treespec.policies
     acceptance: Optional[Any] = None  # overrides the model's measured vector (or depth x rank matrix)
     file: Optional[str] = None  # policy=file: a tree YAML written by experiments/build_tree.py
@@ -153,6 +155,14 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         if hardware is not None:
             info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))
         return PolicyChoice(Dynamic(tree.budget, tree.max_depth, tree.topk), info)
+    if tree.policy == "adaptive":
+        if tree.max_depth is None:
+            raise ConfigError("tree=adaptive needs tree.max_depth (levels incl. the root)")
+        policy = Adaptive(tree.max_depth, tree.threshold, tree.width, tree.children)
+        info.update(policy.describe())
+        if hardware is not None:
+            info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))
+        return PolicyChoice(policy, info)
     if tree.policy == "sequoia":
         if acceptance is None:
             raise ConfigError("tree=sequoia needs an acceptance vector: set tree.acceptance=[...] or use a model "
