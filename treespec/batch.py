@@ -33,24 +33,12 @@ from treespec.batch_trees import draft_trees
 from treespec.cache import cache_length, commit_rows, new_cache, select_rows
 from treespec.draft import StepOutcome
 from treespec.eagle import causal_mask
-from treespec.engine import Generation, StepStats, _Clock, _eos_ids, _prompt_list, _validate
+from treespec.engine import Generation, StepStats, _Clock, _eos_ids, _LazyProbs, _prompt_list, _validate
 from treespec.errors import ConfigError
 from treespec.mask import flatten_batch
 from treespec.policies import Dynamic, Static, TreePolicy, as_policy
-from treespec.sampling import SamplingConfig, probabilities
+from treespec.sampling import SamplingConfig
 from treespec.verify import verify
-
-
-class _RowProbs:
-    """One row's target probabilities, computed node by node, only where the verification walk looks."""
-
-    def __init__(self, logits: torch.Tensor, sampling: SamplingConfig):
-        self.logits, self.sampling, self.rows = logits, sampling, {}
-
-    def __getitem__(self, node: int) -> torch.Tensor:
-        if node not in self.rows:
-            self.rows[node] = probabilities(self.logits[node], self.sampling)
-        return self.rows[node]
 
 
 def _generators(seed, rows: int, device: torch.device) -> list[torch.Generator]:
@@ -160,7 +148,7 @@ class BatchDecoder:
         results = []
         for b, tree in enumerate(trees):
             row_logits = logits[b, : tree.shape.size]
-            probs = row_logits if self.sampling.greedy else _RowProbs(row_logits, self.sampling)
+            probs = row_logits if self.sampling.greedy else _LazyProbs(row_logits, self.sampling)
             results.append(verify(tree.tokens.tolist(), tree.shape.children, probs, tree.draft_probs, tree.verify_mode,
                                   self.generators[self.live[b]]))
         t3 = self.clock()

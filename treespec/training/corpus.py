@@ -23,7 +23,6 @@ prompts count as not answered, so the next run regenerates them. Shards are appe
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import platform
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from treespec.errors import ConfigError
+from treespec.models import file_sha256
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -62,14 +62,6 @@ class Record:
 def id_dtype(vocab_size: int) -> str:
     """The narrowest unsigned dtype that holds every token id: "uint16" up to 65536 ids, else "uint32"."""
     return "uint16" if vocab_size <= 1 << 16 else "uint32"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shard_name(start: int, stop: int) -> str:
