@@ -431,9 +431,9 @@ def tiny_lm(arch: str = "llama", *, seed: int = 0, vocab: int = 6, hidden: int =
 
 
 def eagle_head_for(target, seed: int = 0, noise: float = 0.05):
-    """A small EAGLE head for a tiny Llama-style target (treespec.distill_train.init_eagle_from_target over the
+    """A small EAGLE head for a tiny Llama-style target (treespec.training.train.init_eagle_from_target over the
     whole vocabulary), moved off its identity-like initialisation by N(0, noise^2) so that it drafts imperfectly."""
-    from treespec import distill_train
+    from treespec.training import train as distill_train
 
     torch.manual_seed(seed)
     head = distill_train.init_eagle_from_target(target, list(range(target.config.vocab_size)))
