@@ -311,10 +311,12 @@ def split_holdout(keys: list[int], fraction: float, seed: int) -> tuple[list[int
 
 @dataclass
 class Trainee:
-    """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids)."""
+    """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids);
+    `score`, when set, gives the held-out evaluation (reduced logits per unrolled EAGLE level, target top ids)."""
 
     model: torch.nn.Module
     forward: Callable[[list], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    score: Optional[Callable[[list], tuple[list[torch.Tensor], torch.Tensor]]] = None
 
 
 def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> Trainee:
@@ -353,12 +355,16 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
                                            generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
 
-    return Trainee(head, forward)
+    def score(chunk):  # held-out agreement at every trained level (a node d-1 levels below the root)
+        batch = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
+        return train.eagle_level_logits(head, embed, batch, cfg.draft.eagle_unroll), batch.top_ids
+
+    return Trainee(head, forward, score if cfg.draft.eagle_unroll > 1 else None)
 
 
 def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
     trainee.model.eval()
-    metrics = train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
+    metrics = train.agreement(trainee.score or (lambda chunk: trainee.forward(chunk)[1:]), held_set)
     trainee.model.train()
     return metrics
 
@@ -516,6 +522,10 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                         f"trained).\n- {vocab}.")
         objective = ("Cross-entropy against the target's top-k distribution at every answer position (forward KL up "
                      "to a constant)")
+    deeper = sorted(int(k.rpartition("level")[2]) for k in heldout if k.startswith("greedy_agree_top1_level"))
+    levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
+              "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
+              if deeper else "")
     return f"""# {title} for {summary['target']}, trained by treespec
 
 {usage}
@@ -541,7 +551,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ({summary['train_seconds'] / 3600:.2f} h on this CPU).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
-target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.
+target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}
 
 Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
 holds the exact configuration of this run).

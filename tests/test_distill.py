@@ -172,7 +172,9 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     assert len(list((run / "teacher").glob("*.top20.features-0-1-2.pt"))) == 2
     card = (second / "draft" / "README.md").read_text()
     assert f"Started from the trained draft `{run / 'draft'}`" in card and "2 tree levels down" in card
-    assert "fused target feature" in card and "loss on tokens only" in card
+    assert "fused target feature" in card and "loss on tokens only" in card and "d=2: " in card and "d=3: " in card
+    log = [json.loads(line) for line in (second / "train_log.jsonl").read_text().splitlines()]
+    assert "greedy_agree_top1_level3" in log[0] and "agree_top1_level2" in log[-1]
     fused = load_model(second / "draft")
     assert fused.config.feature_layers == [0, 1, 2] and fused.fuse.weight.shape == (32, 96)
     got = treespec.generate(target, fused, prompt, tree=treespec.policies.KAry([2, 2]), max_new_tokens=10)

@@ -246,7 +246,7 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
     records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=10, keep_top=8,
                                         eos_token_id=None, pad_token_id=0)
     shard = {k: [r[k] for r in records] for k in records[0]}
-    shard["mode"] = ["t1"] * len(records)
+    shard["mode"] = ["greedy", "t1"] * (len(records) // 2)  # (the greedy ones make the P_1 estimate)
     features = distill_data.target_features(target, shard["input_ids"], feature_layers=FUSED)
     hidden = target.config.hidden_size
     assert features[0].shape[-1] == 3 * hidden
@@ -271,6 +271,19 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0] and set(parts) == {"ce"} and logits.shape == (len(batch.rows), len(vocab))
     assert head.fuse.weight.grad is not None and head.fuse.weight.grad.abs().sum() > 0
+    with torch.no_grad():  # held-out agreement per level: level 1 is what the loss scores
+        levels = train.eagle_level_logits(head, embed, batch, unroll)
+        torch.testing.assert_close(levels[0], train.eagle_loss(head, embed, batch, unroll=unroll)[1])
+
+    def score(chunk, every_level=True):
+        part = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad_id=0)
+        logits = train.eagle_level_logits(head, embed, part, unroll)
+        return (logits if every_level else logits[0]), part.top_ids
+
+    metrics, first = train.agreement(score, examples), train.agreement(lambda c: score(c, False), examples)
+    assert set(metrics) == set(first) | {f"{key}_level{d}" for key in ("agree_top1", "target_in_top4", "greedy_agree_top1")
+                                         for d in range(2, unroll + 1)}
+    assert {k: metrics[k] for k in first} == first and 0 <= metrics[f"agree_top1_level{unroll}"] <= 1
 
 
 def test_unrolled_mask_of_level_2_is_the_former_one():

@@ -138,24 +138,29 @@ def distill_loss(draft: TreespecDraftForCausalLM, batch: Batch) -> tuple[torch.T
 
 
 @torch.no_grad()
-def agreement(score: Callable[[Sequence[Example]], tuple[torch.Tensor, torch.Tensor]], examples: Sequence[Example],
-              tokens_per_batch: int = 8192) -> dict[str, float]:
+def agreement(score: Callable[[Sequence[Example]], tuple[torch.Tensor | list[torch.Tensor], torch.Tensor]],
+              examples: Sequence[Example], tokens_per_batch: int = 8192) -> dict[str, float]:
     """Teacher-forced agreement with the target: top-1 and target-argmax-in-draft-top-4, over all answer
     positions and over greedy answers only (the P_1 estimate). `score(chunk)` returns the draft's reduced
-    logits [R, K] and the target's top ids [R, k] (reduced-vocabulary indices) of a chunk's answer rows."""
-    hits = {"agree_top1": [0, 0], "target_in_top4": [0, 0], "greedy_agree_top1": [0, 0]}
+    logits [R, K] and the target's top ids [R, k] (reduced-vocabulary indices) of a chunk's answer rows; it may
+    return a list of logits, one per unrolled EAGLE level (`eagle_level_logits`), whose metrics for level d >= 2
+    get the suffix `_level{d}` (the estimate at a node d-1 levels below the root, the path being the target's)."""
+    hits: dict[str, list[int]] = {}
     for chunk in token_batches(examples, tokens_per_batch, random.Random(0)):
-        logits, top_ids = score(chunk)
+        levels, top_ids = score(chunk)
         target_top1 = top_ids[:, 0]
-        top4 = logits.topk(4, dim=-1).indices
-        top1_hit = top4[:, 0] == target_top1
         greedy_rows = torch.cat([torch.full((len(e.input_ids) - e.prompt_len,), e.greedy) for e in chunk])
-        for key, hit, mask in (("agree_top1", top1_hit, None),
-                               ("target_in_top4", (top4 == target_top1[:, None]).any(-1), None),
-                               ("greedy_agree_top1", top1_hit, greedy_rows)):
-            selected = hit if mask is None else hit[mask]
-            hits[key][0] += int(selected.sum())
-            hits[key][1] += selected.numel()
+        for level, logits in enumerate(levels if isinstance(levels, list) else [levels], start=1):
+            suffix = "" if level == 1 else f"_level{level}"
+            top4 = logits.topk(4, dim=-1).indices
+            top1_hit = top4[:, 0] == target_top1
+            for key, hit, mask in (("agree_top1", top1_hit, None),
+                                   ("target_in_top4", (top4 == target_top1[:, None]).any(-1), None),
+                                   ("greedy_agree_top1", top1_hit, greedy_rows)):
+                selected = hit if mask is None else hit[mask]
+                counts = hits.setdefault(key + suffix, [0, 0])
+                counts[0] += int(selected.sum())
+                counts[1] += selected.numel()
     return {k: (n / d if d else float("nan")) for k, (n, d) in hits.items()}
 
 
@@ -277,6 +282,13 @@ def feature_noise_like(features: torch.Tensor, chunk: int, noise: float, generat
     shaped = features.unflatten(-1, (-1, chunk))
     scale = shaped.pow(2).mean(-1, keepdim=True).sqrt()
     return (noise * scale * torch.randn(shaped.shape, generator=generator)).flatten(-2)
+
+
+def eagle_level_logits(head, embed: torch.nn.Module, batch: EagleBatch, unroll: int) -> list[torch.Tensor]:
+    """Reduced logits [R, K] at the answer rows for each of `unroll` levels (no noise): level d's row is what the
+    head drafts at a node d-1 levels below the root, every earlier token of the path being the target's."""
+    levels = eagle_hidden(head, head.fuse_features(batch.features), embed(batch.input_ids), batch.lengths, unroll)
+    return [head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]]) for hidden in levels]
 
 
 def eagle_loss(head, embed: torch.nn.Module, batch: EagleBatch, *, feature_weight: float = 1.0,
