@@ -9,7 +9,7 @@ from conftest import tiny_model
 import treespec
 from treespec import policies
 from treespec.draft import StepOutcome
-from treespec.eagle import EagleDrafter, causal_mask, target_features
+from treespec.eagle import EagleDraftConfig, EagleDrafter, EagleDraftModel, causal_mask, target_features
 from treespec.errors import ConfigError
 from treespec.mask import additive
 from treespec.training import distill_data, train
@@ -138,18 +138,23 @@ def _fused_features(target, tokens, layers=FUSED):
         return target_features(target, target.model(torch.tensor([tokens]), output_hidden_states=True), layers)[0]
 
 
-def test_target_features_are_the_normed_states_after_each_layer():
-    target = tiny_model("llama", seed=2, layers=3)
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_target_features_are_the_normed_states_after_each_layer(arch):
+    target = tiny_model(arch, seed=2, layers=3)
     tokens = [4, 8, 15, 16, 23, 42]
-    got = _fused_features(target, tokens, [0, 2, 3])  # [L, 3H]
-    hidden = target.config.hidden_size
+    with torch.no_grad():
+        got = target_features(target, target.base_model(torch.tensor([tokens]), output_hidden_states=True), [0, 2, 3])[0]
+    hidden = target.config.get_text_config().hidden_size
     for j, layer in enumerate([0, 2, 3]):
         truncated = copy.deepcopy(target)  # a target cut after `layer` layers: its last hidden state is that feature
-        truncated.model.layers = truncated.model.layers[:layer]
+        blocks = "layers" if arch == "llama" else "h"
+        setattr(truncated.base_model, blocks, getattr(truncated.base_model, blocks)[:layer])
         with torch.no_grad():
-            expected = truncated.model(torch.tensor([tokens])).last_hidden_state[0]
+            expected = truncated.base_model(torch.tensor([tokens])).last_hidden_state[0]
         torch.testing.assert_close(got[:, j * hidden:(j + 1) * hidden], expected, atol=1e-5, rtol=1e-5)
-    assert torch.equal(_fused_features(target, tokens, []), _features(target, tokens))
+    with torch.no_grad():
+        last = target.base_model(torch.tensor([tokens])).last_hidden_state
+    assert torch.equal(target_features(target, target.base_model(torch.tensor([tokens])), []), last)
 
 
 def test_fused_drafter_matches_a_fresh_recomputation(target_and_fused_head):
@@ -180,6 +185,21 @@ def test_greedy_parity_with_a_fused_head(target_and_fused_head, tree):
     expected = [target.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False)[0, len(p):].tolist() for p in prompts]
     assert [treespec.generate(target, head, p, tree=tree, max_new_tokens=20).tokens for p in prompts] == expected
     assert [g.tokens for g in treespec.generate_batch(target, head, prompts, tree=tree, max_new_tokens=20)] == expected
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_greedy_parity_with_a_fused_head_on_other_targets(arch):
+    """target_features finds each architecture's final norm (Qwen2 `norm`, GPT-2 `ln_f`) and hidden states."""
+    target = tiny_model(arch, seed=3, layers=2)
+    torch.manual_seed(7)
+    head = EagleDraftModel(EagleDraftConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                            num_key_value_heads=2, vocab_size=64, output_token_ids=list(range(1, 64, 3)),
+                                            feature_layers=[0, 1, 2])).eval()
+    for prompt in ([3, 17, 5, 9], [42]):
+        expected = target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False)[0, len(prompt):].tolist()
+        for tree in (policies.KAry([2, 2]), policies.Dynamic(8, 4, 3)):
+            assert treespec.generate(target, head, prompt, tree=tree, max_new_tokens=16).tokens == expected
+            assert treespec.generate_batch(target, head, [prompt], tree=tree, max_new_tokens=16)[0].tokens == expected
 
 
 def test_fused_head_drafts_alike_in_the_batched_engine(target_and_fused_head):
