@@ -94,7 +94,8 @@ class DraftSpec:
     feature_weight: float = 0.1  # eagle: weight of the feature regression next to the cross-entropy
     feature_noise: float = 0.1  # eagle: relative noise on input features during training
     freeze_head: bool = True  # eagle: keep the target's output rows as the head's LM head
-    eagle_unroll: int = 1  # eagle: 2 also trains on the head's own features one level down, as at tree depth 2
+    eagle_unroll: int = 1  # eagle: levels trained (level d > 1: the head reading its own features, as a node d-1 below the root)
+    eagle_feature_layers: list[int] = field(default_factory=list)  # eagle: target hidden states fused ([]: the last)
     init_from: Optional[str] = None  # a draft directory (same kind and vocabulary) to start from instead of the target
 
 
@@ -243,26 +244,28 @@ def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
         manifest = corpus.append_shard(directory, manifest, entry)
 
 
-def teacher_file(run: Path, entry: dict, keep_top: int, features: bool) -> Path:
+def teacher_file(run: Path, entry: dict, keep_top: int, features: bool, layers: tuple[int, ...] = ()) -> Path:
     """The run's cache of one shard's teacher pass, named by the shard's hash and what was computed."""
     suffix = f"top{keep_top}" + (".features" if features else "")
+    if features and layers:  # a fused head's features
+        suffix += "-" + "-".join(map(str, layers))
     return run / "teacher" / f"{Path(entry['file']).stem}.{entry['sha256'][:16]}.{suffix}.pt"
 
 
 def stage_teacher(cfg: DictConfig, run: Path, directory: Path, manifest: dict, pad: int) -> None:
     """Soft targets (and, for an EAGLE draft, features) of every corpus shard, by teacher forcing."""
-    features = cfg.draft.kind == "eagle"
+    features, layers = cfg.draft.kind == "eagle", tuple(cfg.draft.eagle_feature_layers)
     (run / "teacher").mkdir(exist_ok=True)
-    todo = [e for e in manifest["shards"] if not teacher_file(run, e, cfg.teacher.keep_top, features).exists()]
+    todo = [e for e in manifest["shards"] if not teacher_file(run, e, cfg.teacher.keep_top, features, layers).exists()]
     if not todo:
         return
     target = load_model(cfg.target)
     for entry in tqdm(todo, desc="teacher", unit="shard"):
         pairs = corpus.records(corpus.read_shard(directory / entry["file"]))
         out = distill_data.teacher_pass(target, [torch.from_numpy(ids) for ids, _ in pairs], [p for _, p in pairs],
-                                        keep_top=cfg.teacher.keep_top, features=features,
+                                        keep_top=cfg.teacher.keep_top, features=features, feature_layers=layers,
                                         tokens_per_batch=cfg.teacher.tokens_per_batch, pad_token_id=pad)
-        path = teacher_file(run, entry, cfg.teacher.keep_top, features)
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features, layers)
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save({"top_ids": out.top_ids, "top_logprobs": out.top_logprobs, "features": out.features}, tmp)
         tmp.rename(path)
@@ -276,7 +279,7 @@ def load_data(cfg: DictConfig, run: Path, directory: Path, manifest: dict) -> di
     features = cfg.draft.kind == "eagle"
     data.update(top_ids=[], top_logprobs=[], **({"features": []} if features else {}))
     for entry in sorted(manifest["shards"], key=lambda e: e["prompts"]["start"]):
-        path = teacher_file(run, entry, cfg.teacher.keep_top, features)
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features, tuple(cfg.draft.eagle_feature_layers))
         if not path.exists():
             raise ConfigError(f"{path.name} is missing: run the teacher stage")
         part = torch.load(path)
@@ -308,10 +311,12 @@ def split_holdout(keys: list[int], fraction: float, seed: int) -> tuple[list[int
 
 @dataclass
 class Trainee:
-    """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids)."""
+    """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids);
+    `score`, when set, gives the held-out evaluation (reduced logits per unrolled EAGLE level, target top ids)."""
 
     model: torch.nn.Module
     forward: Callable[[list], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    score: Optional[Callable[[list], tuple[list[torch.Tensor], torch.Tensor]]] = None
 
 
 def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: int) -> Trainee:
@@ -329,12 +334,16 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     if cfg.draft.kind != "eagle":
         raise ConfigError(f"draft.kind must be plain or eagle, got '{cfg.draft.kind}'")
     features = data["features"]
-    head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer)
+    head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer,
+                                        feature_layers=list(cfg.draft.eagle_feature_layers))
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)
         if list(start.config.output_token_ids) != list(vocab):
             raise ConfigError(f"draft.init_from={cfg.draft.init_from} has another output vocabulary than this run")
-        head.load_state_dict(start.state_dict())
+        if start.config.feature_layers not in ([], head.config.feature_layers):
+            raise ConfigError(f"draft.init_from={cfg.draft.init_from} fuses target layers {start.config.feature_layers}, "
+                              f"this run {head.config.feature_layers}")
+        train.load_eagle_start(head, start)  # a single-layer head may start a fused one
     head.lm_head.weight.requires_grad_(not cfg.draft.freeze_head)
     embed = target.get_input_embeddings().requires_grad_(False)
     noise = torch.Generator().manual_seed(cfg.seed)
@@ -346,12 +355,16 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
                                            generator=noise, unroll=cfg.draft.eagle_unroll)
         return loss, logits, batch.top_ids
 
-    return Trainee(head, forward)
+    def score(chunk):  # held-out agreement at every trained level (a node d-1 levels below the root)
+        batch = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad)
+        return train.eagle_level_logits(head, embed, batch, cfg.draft.eagle_unroll), batch.top_ids
+
+    return Trainee(head, forward, score if cfg.draft.eagle_unroll > 1 else None)
 
 
 def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
     trainee.model.eval()
-    metrics = train.agreement(lambda chunk: trainee.forward(chunk)[1:], held_set)
+    metrics = train.agreement(trainee.score or (lambda chunk: trainee.forward(chunk)[1:]), held_set)
     trainee.model.train()
     return metrics
 
@@ -475,18 +488,27 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
         usage = (f"It reads the target's last hidden state (Li et al. 2024): `EagleDraftModel`, `import treespec` "
                  f"registers it. Pass it as the draft to `treespec.generate` with `{summary['target']}` as the target; "
                  "it cannot decode on its own, so transformers' assisted generation cannot use it.")
+        layers, unroll = cfg["draft"].get("eagle_feature_layers") or [], cfg["draft"].get("eagle_unroll", 1)
+        feature = ("target's feature (last hidden state after its final norm)" if not layers else
+                   f"fused target feature: one projection ({len(layers)}x{c.hidden_size} -> {c.hidden_size}) of the target's "
+                   f"hidden states after layers {layers}, each through its final norm (EAGLE-3's low, mid and top features)")
         architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
-                        "target's feature (last hidden state after its final norm) and e the target's own token "
+                        f"{feature} and e the target's own token "
                         "embedding (shared at run time, not stored), then one decoder layer ("
                         + (f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
                            if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
-                        + ", then trained); its output estimates f_j.\n"
-                        f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
-        objective = (f"Cross-entropy against the target's top-k distribution at every answer position plus "
-                     f"{cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
-                     f"feature, with {cfg['draft']['feature_noise']} relative noise on input features"
+                        + (", then trained); its output estimates f_j.\n" if not layers else
+                           ", then trained); its output is the feature it reads one tree level down.\n")
+                        + f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
+        objective = ("Cross-entropy against the target's top-k distribution at every answer position"
+                     + (f" plus {cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
+                        "feature" if not layers else " (a loss on tokens only: no feature regression)")
+                     + f", with {cfg['draft']['feature_noise']} relative noise on input features"
                      + (", averaged with the same loss one tree level down (the head reading its own output "
-                        "features, attending as a depth-2 node does)" if cfg["draft"].get("eagle_unroll", 1) == 2 else ""))
+                        "features, attending as a depth-2 node does)" if unroll == 2 else "")
+                     + (f", averaged with the same loss {unroll - 1} tree levels down (training-time test: the head "
+                        f"reading its own output features, attending as nodes 1..{unroll - 1} levels below the root do)"
+                        if unroll > 2 else ""))
     else:
         title = "Draft"
         usage = (f"A {c.num_hidden_layers}-layer Llama-style causal LM (`TreespecDraftForCausalLM`, `import treespec` "
@@ -500,6 +522,10 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                         f"trained).\n- {vocab}.")
         objective = ("Cross-entropy against the target's top-k distribution at every answer position (forward KL up "
                      "to a constant)")
+    deeper = sorted(int(k.rpartition("level")[2]) for k in heldout if k.startswith("greedy_agree_top1_level"))
+    levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
+              "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
+              if deeper else "")
     return f"""# {title} for {summary['target']}, trained by treespec
 
 {usage}
@@ -525,7 +551,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ({summary['train_seconds'] / 3600:.2f} h on this CPU).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
-target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.
+target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}
 
 Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
 holds the exact configuration of this run).

@@ -158,17 +158,27 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     got = treespec.generate(target, head, prompt, tree=treespec.policies.KAry([2, 2]), max_new_tokens=10)
     assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)
 
-    # a second run starts from that head and trains one tree level down as well
+    # a second run starts a fused head (EAGLE-3: embeddings, layer 1 and the top) from that one and trains
+    # three unrolled levels, the head reading its own features
     second = tmp_path / "second"
     second.mkdir()
     for name in ("prompts.jsonl", "vocab.json"):
         (second / name).write_bytes((run / name).read_bytes())
     (second / "teacher").symlink_to(run / "teacher")
-    result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=2",
-                          f"draft.init_from={run / 'draft'}", f"corpus.dir={run / 'corpus'}")
+    result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=3",
+                          "draft.eagle_feature_layers=[0,1,2]", f"draft.init_from={run / 'draft'}",
+                          f"corpus.dir={run / 'corpus'}")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list((run / "teacher").glob("*.top20.features-0-1-2.pt"))) == 2
     card = (second / "draft" / "README.md").read_text()
-    assert f"Started from the trained draft `{run / 'draft'}`" in card and "one tree level down" in card
+    assert f"Started from the trained draft `{run / 'draft'}`" in card and "2 tree levels down" in card
+    assert "fused target feature" in card and "loss on tokens only" in card and "d=2: " in card and "d=3: " in card
+    log = [json.loads(line) for line in (second / "train_log.jsonl").read_text().splitlines()]
+    assert "greedy_agree_top1_level3" in log[0] and "agree_top1_level2" in log[-1]
+    fused = load_model(second / "draft")
+    assert fused.config.feature_layers == [0, 1, 2] and fused.fuse.weight.shape == (32, 96)
+    got = treespec.generate(target, fused, prompt, tree=treespec.policies.KAry([2, 2]), max_new_tokens=10)
+    assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)
 
 
 def test_teacher_pass_recomputes_the_generation_time_targets():

@@ -1,5 +1,7 @@
 """The EAGLE-style head: drafter bookkeeping against a fresh recomputation, parity, training pieces."""
 
+import copy
+
 import pytest
 import torch
 from conftest import tiny_model
@@ -7,8 +9,9 @@ from conftest import tiny_model
 import treespec
 from treespec import policies
 from treespec.draft import StepOutcome
-from treespec.eagle import EagleDrafter, causal_mask
+from treespec.eagle import EagleDraftConfig, EagleDrafter, EagleDraftModel, causal_mask, target_features
 from treespec.errors import ConfigError
+from treespec.mask import additive
 from treespec.training import distill_data, train
 
 
@@ -66,7 +69,7 @@ def test_head_for_another_width_is_refused(target_and_head):
         EagleDrafter(head, tiny_model("llama", hidden=48), 32)
 
 
-@pytest.mark.parametrize("unroll", [1, 2])
+@pytest.mark.parametrize("unroll", [1, 2, 3])
 def test_eagle_training_pieces_learn(unroll):
     target = tiny_model("llama", seed=0, vocab=32)
     prompts = [[(7 * i + j) % 32 for j in range(4)] for i in range(10)]
@@ -110,3 +113,203 @@ def test_second_unrolled_level_is_what_a_depth_2_node_computes(target_and_head):
             torch.testing.assert_close(root[ids], head.reduced_logits(first[0, j - 1]), rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(node[ids], head.reduced_logits(second[0, j]), rtol=1e-4, atol=1e-4)
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fused-feature heads (EAGLE-3): low, mid and top target layers through one projection
+# ----------------------------------------------------------------------------------------------------
+
+FUSED = [1, 2, 3]  # of a 3-layer target: after layers 1 and 2 (through the final norm) and the last hidden state
+
+
+@pytest.fixture(scope="module")
+def target_and_fused_head():
+    target = tiny_model("llama", seed=0, layers=3)
+    torch.manual_seed(6)
+    head = train.init_eagle_from_target(target, list(range(0, 64, 2)), feature_layers=FUSED)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return target, head.eval()
+
+
+def _fused_features(target, tokens, layers=FUSED):
+    with torch.no_grad():
+        return target_features(target, target.model(torch.tensor([tokens]), output_hidden_states=True), layers)[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_target_features_are_the_normed_states_after_each_layer(arch):
+    target = tiny_model(arch, seed=2, layers=3)
+    tokens = [4, 8, 15, 16, 23, 42]
+    with torch.no_grad():
+        got = target_features(target, target.base_model(torch.tensor([tokens]), output_hidden_states=True), [0, 2, 3])[0]
+    hidden = target.config.get_text_config().hidden_size
+    for j, layer in enumerate([0, 2, 3]):
+        truncated = copy.deepcopy(target)  # a target cut after `layer` layers: its last hidden state is that feature
+        blocks = "layers" if arch == "llama" else "h"
+        setattr(truncated.base_model, blocks, getattr(truncated.base_model, blocks)[:layer])
+        with torch.no_grad():
+            expected = truncated.base_model(torch.tensor([tokens])).last_hidden_state[0]
+        torch.testing.assert_close(got[:, j * hidden:(j + 1) * hidden], expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        last = target.base_model(torch.tensor([tokens])).last_hidden_state
+    assert torch.equal(target_features(target, target.base_model(torch.tensor([tokens])), []), last)
+
+
+def test_fused_drafter_matches_a_fresh_recomputation(target_and_fused_head):
+    target, head = target_and_fused_head
+    prompt = [5, 9, 13, 2, 7]
+    drafter = EagleDrafter(head, target, 64)
+    assert drafter.target_layers == tuple(FUSED)
+    with torch.no_grad():
+        drafter.reset(prompt, _fused_features(target, prompt[:-1]))
+        drafter.root_logits(prompt[-1])
+        drafter.node_logits([1, 2], [20, 21], [0, 0])
+        drafter.node_logits([3, 4], [22, 23], [1, 2])
+        sequence = prompt + [21, 23]  # accepted: root -> node 2 (21) -> node 4 (23); bonus 30
+        drafter.observe(StepOutcome((0, 2, 4), (prompt[-1], 21, 23), 30, _fused_features(target, sequence)[len(prompt) - 1:]))
+        got = drafter.root_logits(30)
+        full = sequence + [30]
+        feats = head.fuse_features(_fused_features(target, full[:-1]))
+        hidden = head(feats[None], target.get_input_embeddings()(torch.tensor([full[1:]])), torch.arange(1, len(full))[None],
+                      causal_mask(torch.tensor([len(full) - 1]), len(full) - 1, torch.float32))
+        expected = head.expand_logits(head.reduced_logits(hidden[0, -1]))
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tree", [policies.Chain(4), policies.KAry([3, 2]), policies.Dynamic(10, 5, 3)])
+def test_greedy_parity_with_a_fused_head(target_and_fused_head, tree):
+    target, head = target_and_fused_head
+    prompts = ([3, 17, 5, 9], [42], [8, 1, 60, 33, 2, 19])
+    expected = [target.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False)[0, len(p):].tolist() for p in prompts]
+    assert [treespec.generate(target, head, p, tree=tree, max_new_tokens=20).tokens for p in prompts] == expected
+    assert [g.tokens for g in treespec.generate_batch(target, head, prompts, tree=tree, max_new_tokens=20)] == expected
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_greedy_parity_with_a_fused_head_on_other_targets(arch):
+    """target_features finds each architecture's final norm (Qwen2 `norm`, GPT-2 `ln_f`) and hidden states."""
+    target = tiny_model(arch, seed=3, layers=2)
+    torch.manual_seed(7)
+    head = EagleDraftModel(EagleDraftConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                            num_key_value_heads=2, vocab_size=64, output_token_ids=list(range(1, 64, 3)),
+                                            feature_layers=[0, 1, 2])).eval()
+    for prompt in ([3, 17, 5, 9], [42]):
+        expected = target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False)[0, len(prompt):].tolist()
+        for tree in (policies.KAry([2, 2]), policies.Dynamic(8, 4, 3)):
+            assert treespec.generate(target, head, prompt, tree=tree, max_new_tokens=16).tokens == expected
+            assert treespec.generate_batch(target, head, [prompt], tree=tree, max_new_tokens=16)[0].tokens == expected
+
+
+def test_fused_head_drafts_alike_in_the_batched_engine(target_and_fused_head):
+    target, head = target_and_fused_head
+    prompts = ([3, 17, 5, 9], [42, 7], [8, 1, 60, 33, 2, 19])
+    tree = policies.KAry([2, 2])
+    single = [treespec.generate(target, head, p, tree=tree, max_new_tokens=16) for p in prompts]
+    batched = treespec.generate_batch(target, head, prompts, tree=tree, max_new_tokens=16)
+    for one, row in zip(single, batched):  # same trees accepted step by step: the batched head drafts the same
+        assert [s.accepted for s in row.steps] == [s.accepted for s in one.steps]
+
+
+def test_fused_head_starting_as_the_single_layer_head_drafts_alike(target_and_head):
+    """init selects the last layer's feature: a fused head loaded from a single-layer head drafts as it does."""
+    target, single = target_and_head
+    fused = train.init_eagle_from_target(target, single.config.output_token_ids, feature_layers=[0, 1, 2])
+    train.load_eagle_start(fused, single)
+    prompt = [5, 9, 13, 2, 7]
+    with torch.no_grad():
+        results = []
+        for head, feats in ((single, _features(target, prompt[:-1])), (fused, _fused_features(target, prompt[:-1], [0, 1, 2]))):
+            drafter = EagleDrafter(head, target, 64)
+            drafter.reset(prompt, feats)
+            results.append((drafter.root_logits(prompt[-1]), drafter.node_logits([1, 2], [20, 21], [0, 0])))
+    torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="do not fit"):
+        train.load_eagle_start(single, fused)
+
+
+def test_fused_layers_outside_the_target_are_refused(target_and_fused_head):
+    _, head = target_and_fused_head
+    with pytest.raises(ConfigError, match=r"fuses target layers \[3\]"):
+        EagleDrafter(head, tiny_model("llama", layers=2), 32)
+    with pytest.raises(ConfigError, match="fuses target layers"):
+        train.init_eagle_from_target(tiny_model("llama", layers=2), [1, 2], feature_layers=[1, 5])
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_unrolled_levels_are_what_nodes_below_the_root_compute(target_and_head, target_and_fused_head, fused):
+    """Level d of the training-time test at input index j + d - 2 is the node d - 1 levels below the root x_j
+    on the path x_{j+1} .. x_{j+d-1}, as the drafter computes it (4 levels: depths 0..3)."""
+    target, head = target_and_fused_head if fused else target_and_head
+    tokens = [5, 9, 13, 2, 7, 30, 11, 4, 19, 6]
+    features = _fused_features(target, tokens) if fused else _features(target, tokens)  # F_i at token i
+    embeds = target.get_input_embeddings()(torch.tensor([tokens[1:]]))
+    with torch.no_grad():
+        levels = train.eagle_hidden(head, head.fuse_features(features[None, :-1]), embeds,
+                                    torch.tensor([len(tokens) - 1]), unroll=4)
+        for j in (1, 3, 5):
+            drafter = EagleDrafter(head, target, 64)
+            drafter.reset(tokens[: j + 1], features[:j])
+            drafted = [drafter.root_logits(tokens[j])]
+            for depth in (1, 2, 3):
+                drafted.append(drafter.node_logits([depth], [tokens[j + depth]], [depth - 1])[0])
+            for d, logits in enumerate(drafted, start=1):
+                torch.testing.assert_close(logits[head.output_ids], head.reduced_logits(levels[d - 1][0, j + d - 2]),
+                                           rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("unroll", [3, 4])
+def test_fused_training_pieces_learn_on_tokens(unroll):
+    target = tiny_model("llama", seed=0, vocab=32, layers=3)
+    prompts = [[(7 * i + j) % 32 for j in range(4)] for i in range(10)]
+    records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=10, keep_top=8,
+                                        eos_token_id=None, pad_token_id=0)
+    shard = {k: [r[k] for r in records] for k in records[0]}
+    shard["mode"] = ["greedy", "t1"] * (len(records) // 2)  # (the greedy ones make the P_1 estimate)
+    features = distill_data.target_features(target, shard["input_ids"], feature_layers=FUSED)
+    hidden = target.config.hidden_size
+    assert features[0].shape[-1] == 3 * hidden
+    forced = distill_data.teacher_pass(target, shard["input_ids"], shard["prompt_len"], keep_top=8, features=True,
+                                       feature_layers=FUSED)
+    for a, b in zip(forced.features, features):
+        torch.testing.assert_close(a, b)
+    vocab = list(range(32))
+    examples = train.make_examples(shard, vocab, max_len=64)
+    batch = train.collate_eagle(examples, [features[e.index] for e in examples], pad_id=0)
+    assert batch.features.shape[-1] == 3 * hidden
+    head = train.init_eagle_from_target(target, vocab, feature_layers=FUSED)
+    embed = target.get_input_embeddings()
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(25):
+        loss, logits, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
+                                               generator=torch.Generator().manual_seed(0))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0] and set(parts) == {"ce"} and logits.shape == (len(batch.rows), len(vocab))
+    assert head.fuse.weight.grad is not None and head.fuse.weight.grad.abs().sum() > 0
+    with torch.no_grad():  # held-out agreement per level: level 1 is what the loss scores
+        levels = train.eagle_level_logits(head, embed, batch, unroll)
+        torch.testing.assert_close(levels[0], train.eagle_loss(head, embed, batch, unroll=unroll)[1])
+
+    def score(chunk, every_level=True):
+        part = train.collate_eagle(chunk, [features[e.index] for e in chunk], pad_id=0)
+        logits = train.eagle_level_logits(head, embed, part, unroll)
+        return (logits if every_level else logits[0]), part.top_ids
+
+    metrics, first = train.agreement(score, examples), train.agreement(lambda c: score(c, False), examples)
+    assert set(metrics) == set(first) | {f"{key}_level{d}" for key in ("agree_top1", "target_in_top4", "greedy_agree_top1")
+                                         for d in range(2, unroll + 1)}
+    assert {k: metrics[k] for k in first} == first and 0 <= metrics[f"agree_top1_level{unroll}"] <= 1
+
+
+def test_unrolled_mask_of_level_2_is_the_former_one():
+    lengths, width = torch.tensor([5, 3]), 5
+    positions = torch.arange(width)
+    earlier = (positions[None, :] < positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
+    own = torch.eye(width, dtype=torch.bool)[None].expand(2, -1, -1)
+    assert torch.equal(train.unrolled_mask(lengths, width, torch.float32), additive(torch.cat([earlier, own], -1), torch.float32))
+    assert train.unrolled_mask(lengths, width, torch.float32, level=3).shape == (2, 1, width, 3 * width)

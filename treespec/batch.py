@@ -32,7 +32,7 @@ from treespec.batch_draft import make_batch_drafter
 from treespec.batch_trees import draft_trees
 from treespec.cache import cache_length, commit_rows, new_cache, select_rows
 from treespec.draft import StepOutcome
-from treespec.eagle import causal_mask
+from treespec.eagle import causal_mask, target_features
 from treespec.engine import Generation, StepStats, _Clock, _eos_ids, _LazyProbs, _prompt_list, _validate
 from treespec.errors import ConfigError
 from treespec.mask import flatten_batch
@@ -92,6 +92,7 @@ class BatchDecoder:
         self.cache = new_cache(target, max_length)
         self.drafter = make_batch_drafter(draft, target, max_length) if needs_draft else None
         self.want_hidden = bool(getattr(self.drafter, "wants_target_hidden", False))
+        self.layers = tuple(getattr(self.drafter, "target_layers", ()))  # a fused EAGLE head's target layers
         self.lengths = [len(p) - 1 for p in self.prompts]
         prefix_hidden = self._prefill()
         if self.drafter is not None:
@@ -118,15 +119,15 @@ class BatchDecoder:
         positions = torch.arange(width)[None].expand(len(self.prompts), -1)
         out = self.target.base_model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
                                      attention_mask=causal_mask(lengths, width, self.dtype).to(self.device),
-                                     cache=self.cache, use_cache=True)
-        return out.last_hidden_state if self.want_hidden else None
+                                     cache=self.cache, use_cache=True, output_hidden_states=bool(self.layers))
+        return target_features(self.target, out, self.layers) if self.want_hidden else None
 
     def _target_pass(self, **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits [B, N, V] (and, if asked, last hidden states [B, N, H]) of one target forward over the cache."""
+        """Logits [B, N, V] (and, if asked, the drafter's target features [B, N, F]) of one target forward."""
         if not self.want_hidden:
             return self.target(**inputs, use_cache=True).logits, None
-        hidden = self.target.base_model(**inputs, use_cache=True).last_hidden_state
-        return self.target.get_output_embeddings()(hidden), hidden
+        out = self.target.base_model(**inputs, use_cache=True, output_hidden_states=bool(self.layers))
+        return self.target.get_output_embeddings()(out.last_hidden_state), target_features(self.target, out, self.layers)
 
     def step(self) -> None:
         """One draft + target pass + verify + commit for every live row."""

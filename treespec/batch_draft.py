@@ -1,8 +1,8 @@
 """Batched drafters: one draft forward per tree level for all rows of a batch, each row with its own tree.
 
 The batched counterpart of the drafter protocol (treespec.draft), called by `treespec.batch_trees`:
-  reset(prompts, prefix_hidden)      start B sequences (prefix_hidden [B, W, H]: the target's last hidden
-                                     states of each prompt minus its last token, right padded)
+  reset(prompts, prefix_hidden)      start B sequences (prefix_hidden [B, W, F]: the target's features,
+                                     treespec.eagle.target_features, of each prompt minus its last token, right padded)
   root_logits(roots) -> [B, V]       logits after each row's root
   node_logits(requests) -> [m_b, V] per row   one tree level: requests[b] = (nodes, tokens, parents), maybe empty
   observe(outcomes)                  each row's verified `StepOutcome`; keep what was accepted
@@ -30,8 +30,7 @@ from transformers.cache_utils import Cache
 
 from treespec.cache import PreallocatedLayer, cache_length, commit_rows, new_cache, select_rows
 from treespec.draft import StepOutcome
-from treespec.eagle import EagleDraftModel
-from treespec.errors import ConfigError
+from treespec.eagle import EagleDraftModel, check_feature_layers
 from treespec.mask import additive
 
 Request = tuple[Sequence[int], Sequence[int], Sequence[int]]  # (nodes, tokens, parents) of one row
@@ -163,16 +162,15 @@ class BatchEagleDrafter(_BatchTreeDrafter):
                   "_slot", "_parent", "_depth", "_hidden")
 
     def __init__(self, draft: EagleDraftModel, target: PreTrainedModel, max_length: int):
-        if draft.config.hidden_size != target.config.get_text_config().hidden_size:
-            raise ConfigError(f"the EAGLE draft's width ({draft.config.hidden_size}) differs from the target's "
-                              f"({target.config.get_text_config().hidden_size}): it was trained for another target")
+        check_feature_layers(draft.config, target)
+        self.target_layers = tuple(draft.config.feature_layers)  # what the engine passes as target features
         self.model, self.embed, self.max_length = draft, target.get_input_embeddings(), max_length
         self.device = next(draft.parameters()).device
         self.dtype = next(draft.parameters()).dtype
 
     def reset(self, prompts: Sequence[Sequence[int]], prefix_hidden: torch.Tensor | None = None) -> None:
-        """prefix_hidden [B, W, H]: row b's first len(prompts[b]) - 1 entries are the target's features of
-        prompts[b][:-1]; None or missing rows start from zero features."""
+        """prefix_hidden [B, W, F]: row b's first len(prompts[b]) - 1 entries are the target's features of
+        prompts[b][:-1] (treespec.eagle.target_features); None or missing rows start from zero features."""
         hidden = self.model.config.hidden_size
         self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64)])
         self._begin(len(prompts))
@@ -180,7 +178,7 @@ class BatchEagleDrafter(_BatchTreeDrafter):
         for b, prompt in enumerate(prompts):
             prefix = len(prompt) - 1
             if prefix_hidden is not None and prefix > 0:
-                features = prefix_hidden[b, :prefix].to(self.device)
+                features = self.model.fuse_features(prefix_hidden[b, :prefix].to(self.device))
             else:
                 features = torch.zeros(prefix, hidden, device=self.device)
             self.pending_tokens.append([int(t) for t in prompt[1:-1]])
@@ -224,9 +222,10 @@ class BatchEagleDrafter(_BatchTreeDrafter):
         for b, outcome in enumerate(outcomes):
             if outcome.target_hidden is None:
                 raise ValueError("BatchEagleDrafter needs the target's hidden states of the accepted path")
-            self.pending_features[b] = outcome.target_hidden[:-1].to(self.device)
+            features = self.model.fuse_features(outcome.target_hidden.to(self.device))
+            self.pending_features[b] = features[:-1]
             self.pending_tokens[b] = list(outcome.accepted_tokens[1:])
-            self.root_feature[b] = outcome.target_hidden[-1].to(self.device)
+            self.root_feature[b] = features[-1]
         self._keep([list(range(m)) for m in self._chain])
 
 

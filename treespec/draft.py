@@ -8,7 +8,8 @@ Protocol (like transformers' CandidateGenerator, split into the calls a tree nee
   observe(outcome)                        the verified result; keep what was accepted
 `StepOutcome` also carries the target's hidden states along the accepted path, for drafters that read
 them (`treespec.eagle.EagleDrafter`); the engine computes them only for drafters with
-`wants_target_hidden`. `ModelDrafter` ignores them.
+`wants_target_hidden`, and for a drafter whose `target_layers` lists target layers (a fused EAGLE head) those
+layers' states, fused by `treespec.eagle.target_features`. `ModelDrafter` ignores them.
 
 `ModelDrafter` runs any causal LM that shares the target's tokenizer, with its own KV cache. Its cache
 holds the committed tokens, then (during a step) `pending` tokens accepted earlier but not yet seen by
@@ -40,7 +41,7 @@ class StepOutcome:
     accepted_nodes: tuple[int, ...]  # root first
     accepted_tokens: tuple[int, ...]  # tokens of accepted_nodes
     bonus: int
-    target_hidden: torch.Tensor | None = None  # [A, H] last-layer states at accepted_nodes, if requested
+    target_hidden: torch.Tensor | None = None  # [A, F] target features at accepted_nodes, if requested (F = H: last layer)
 
 
 class Drafter(Protocol):

@@ -7,6 +7,14 @@ earlier positions, and the output h_j estimates f_j; an LM head over a reduced v
 logits for x_{j+1}. Inside a tree the head feeds its own h as the feature of a drafted node. After each
 verification the accepted tokens are re-encoded with the target's true features.
 
+A fused head (EAGLE-3's features, Li et al. 2025) lists target layers in `config.feature_layers`: its
+feature of an accepted position is `fuse` (one projection, k*H -> H) of the target's hidden states after
+those layers, each through the target's final norm (index L, the last layer, is the final feature
+itself). Deeper in a tree it reads its own outputs, as the single-layer head does. `feature_layers = []`
+(the default, and what heads saved before the field existed load as) is the single-layer head above.
+The engines ask the target for all hidden states only when a drafter's `target_layers` is non-empty
+(`target_features` selects and normalises them).
+
 Importing this module registers the architecture (`model_type = "treespec_eagle"`) with transformers.
 The head cannot decode on its own (it needs the target's features), so transformers' assisted generation
 cannot use it; treespec's engine picks `EagleDrafter` for it automatically.
@@ -29,17 +37,52 @@ from treespec.mask import additive
 
 
 class EagleDraftConfig(LlamaConfig):
-    """LlamaConfig (one decoder layer of the target's shape) plus `output_token_ids` (K ids)."""
+    """LlamaConfig (one decoder layer of the target's shape) plus `output_token_ids` (K ids) and
+    `feature_layers` (target hidden-state indices fused into the feature; [] = the last hidden state)."""
 
     model_type = "treespec_eagle"
 
-    def __init__(self, output_token_ids: list[int] | None = None, **kwargs):
+    def __init__(self, output_token_ids: list[int] | None = None, feature_layers: list[int] | None = None, **kwargs):
         self.output_token_ids = list(output_token_ids) if output_token_ids is not None else []
+        self.feature_layers = [int(i) for i in feature_layers] if feature_layers else []
         super().__init__(**kwargs)
 
 
+def final_norm(target: PreTrainedModel) -> nn.Module:
+    """The target's final norm (what turns its last layer's output into the feature its LM head reads)."""
+    base = target.base_model
+    for name in ("norm", "ln_f", "final_layernorm"):
+        if isinstance(getattr(base, name, None), nn.Module):
+            return getattr(base, name)
+    raise ConfigError(f"cannot find the final norm of {type(base).__name__}: a fused EAGLE head needs it")
+
+
+def target_features(target: PreTrainedModel, output, layers: Sequence[int]) -> torch.Tensor:
+    """The features a head reads from one target forward `output` (run with output_hidden_states=bool(layers)):
+    [B, N, H] its last hidden state when `layers` is empty, else [B, N, k*H] the hidden states after each listed
+    layer (0 = the embeddings) through the final norm, concatenated in order (index L is the last hidden state)."""
+    if not layers:
+        return output.last_hidden_state
+    if output.hidden_states is None:
+        raise ValueError("the target pass was run without output_hidden_states")
+    last, norm = len(output.hidden_states) - 1, final_norm(target)
+    return torch.cat([output.last_hidden_state if i == last else norm(output.hidden_states[i]) for i in layers], dim=-1)
+
+
+def check_feature_layers(draft_config: EagleDraftConfig, target: PreTrainedModel) -> None:
+    """ConfigError when the head's width or fused layers do not fit the target."""
+    text = target.config.get_text_config()
+    if draft_config.hidden_size != text.hidden_size:
+        raise ConfigError(f"the EAGLE draft's width ({draft_config.hidden_size}) differs from the target's "
+                          f"({text.hidden_size}): it was trained for another target")
+    bad = [i for i in draft_config.feature_layers if not 0 <= i <= text.num_hidden_layers]
+    if bad:
+        raise ConfigError(f"the EAGLE draft fuses target layers {bad}, outside [0, {text.num_hidden_layers}] for this "
+                          "target: it was trained for another target")
+
+
 class EagleDraftModel(LlamaPreTrainedModel):
-    """fc(2H -> H) + one decoder layer + an LM head over `output_token_ids`."""
+    """[fuse(k*H -> H) for a fused head] + fc(2H -> H) + one decoder layer + an LM head over `output_token_ids`."""
 
     config_class = EagleDraftConfig
 
@@ -50,6 +93,8 @@ class EagleDraftModel(LlamaPreTrainedModel):
         if config._attn_implementation is None:
             config._attn_implementation = "sdpa"
         hidden = config.hidden_size
+        if config.feature_layers:
+            self.fuse = nn.Linear(len(config.feature_layers) * hidden, hidden, bias=False)
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.rotary_emb = LlamaRotaryEmbedding(config)
@@ -57,10 +102,21 @@ class EagleDraftModel(LlamaPreTrainedModel):
         self.register_buffer("output_ids", torch.tensor(config.output_token_ids, dtype=torch.long), persistent=True)
         self.post_init()
 
+    @property
+    def fused(self) -> bool:
+        return bool(self.config.feature_layers)
+
+    def fuse_features(self, target_features: torch.Tensor) -> torch.Tensor:
+        """[..., k*H] target features (see `target_features`) -> [..., H] the feature the head reads; a
+        single-layer head reads the target's feature as it is (returned unchanged)."""
+        if not self.fused:
+            return target_features
+        return self.fuse(target_features.to(self.fuse.weight.dtype))
+
     def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
-        """features, token_embeds [B, L, H]; position_ids [B, L]; additive mask [B or 1, 1, L, past + L].
-        Returns the estimated target features h [B, L, H]."""
+        """features (fused, or the head's own outputs), token_embeds [B, L, H]; position_ids [B, L]; additive
+        mask [B or 1, 1, L, past + L]. Returns the head's output features h [B, L, H]."""
         x = self.fc(torch.cat([features.to(token_embeds.dtype), token_embeds], dim=-1))
         return self.layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                           use_cache=cache is not None, position_embeddings=self.rotary_emb(x, position_ids))
@@ -94,25 +150,32 @@ class EagleDrafter:
     wants_target_hidden = True
 
     def __init__(self, draft: EagleDraftModel, target: PreTrainedModel, max_length: int):
-        if draft.config.hidden_size != target.config.get_text_config().hidden_size:
-            raise ConfigError(f"the EAGLE draft's width ({draft.config.hidden_size}) differs from the target's "
-                              f"({target.config.get_text_config().hidden_size}): it was trained for another target")
+        check_feature_layers(draft.config, target)
+        self.target_layers = tuple(draft.config.feature_layers)  # what the engine passes as target features
         self.model, self.embed = draft, target.get_input_embeddings()
         self.max_length = max_length
         self.device = next(draft.parameters()).device
         self.dtype = next(draft.parameters()).dtype
 
     def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
-        """prefix_hidden [T-1, H]: the target's features of prompt_ids[:-1]."""
+        """prefix_hidden [T-1, F]: the target's features of prompt_ids[:-1] (`target_features`)."""
         hidden = self.model.config.hidden_size
         if prefix_hidden is None or len(prefix_hidden) == 0:
             prefix_hidden = torch.zeros(max(0, len(prompt_ids) - 1), hidden, device=self.device)
+        else:
+            prefix_hidden = self._fused(prefix_hidden)
         self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64)])
         self.committed = 0
         self.pending_features = prefix_hidden[:-1]  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
         self.pending_tokens = [int(t) for t in prompt_ids[1:-1]]
         self.root_feature = prefix_hidden[-1] if len(prefix_hidden) else torch.zeros(hidden, device=self.device)
         self.next_position = 1
+
+    def _fused(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """[N, F] target features -> [N, H] what the head reads (unchanged for a single-layer head)."""
+        if not self.model.fused:
+            return target_hidden
+        return self.model.fuse_features(target_hidden.to(self.device))
 
     def _forward(self, features: torch.Tensor, tokens: Sequence[int], positions: Sequence[int],
                  visible: torch.Tensor) -> torch.Tensor:
@@ -156,9 +219,10 @@ class EagleDrafter:
             raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
         commit(self.cache, self._root_slot + 1, [])  # drafted features are replaced by the target's own
         self.committed = self._root_slot + 1
-        self.pending_features = outcome.target_hidden[:-1]
+        features = self._fused(outcome.target_hidden)
+        self.pending_features = features[:-1]
         self.pending_tokens = list(outcome.accepted_tokens[1:])
-        self.root_feature = outcome.target_hidden[-1]
+        self.root_feature = features[-1]
         self.next_position = self._root_position + 1
 
 

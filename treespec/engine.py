@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 
 from treespec.cache import cache_length, commit, new_cache
 from treespec.draft import Drafter, ModelDrafter, StepOutcome
-from treespec.eagle import EagleDrafter, EagleDraftModel
+from treespec.eagle import EagleDrafter, EagleDraftModel, target_features
 from treespec.errors import ConfigError
 from treespec.mask import flatten
 from treespec.models import check_pair
@@ -163,12 +163,14 @@ def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: in
     return ModelDrafter(draft, max_length, vocab)
 
 
-def _target_pass(target: PreTrainedModel, want_hidden: bool, **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logits [N, V] (and, if asked, last hidden states [N, H]) of one target forward over the cache."""
+def _target_pass(target: PreTrainedModel, want_hidden: bool, layers: tuple[int, ...] = (),
+                 **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits [N, V] (and, if asked, the drafter's target features [N, F]: the last hidden states, or those
+    of `layers` fused by treespec.eagle.target_features) of one target forward over the cache."""
     if not want_hidden:
         return target(**inputs, use_cache=True).logits[0], None
-    hidden = target.base_model(**inputs, use_cache=True).last_hidden_state[0]
-    return target.get_output_embeddings()(hidden), hidden
+    out = target.base_model(**inputs, use_cache=True, output_hidden_states=bool(layers))
+    return target.get_output_embeddings()(out.last_hidden_state[0]), target_features(target, out, layers)[0]
 
 
 @torch.inference_mode()
@@ -216,10 +218,12 @@ def generate(
     cache = new_cache(target, max_length)
     drafter = make_drafter(draft, target, max_length, draft_vocab) if needs_draft else None
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
+    layers = tuple(getattr(drafter, "target_layers", ()))  # a fused EAGLE head's target layers
     prefix_hidden = None
     if len(prompt) > 1:  # the prompt minus its last token: no logits needed
-        prefill = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True)
-        prefix_hidden = prefill.last_hidden_state[0] if want_hidden else None
+        prefill = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True,
+                                    output_hidden_states=bool(layers))
+        prefix_hidden = target_features(target, prefill, layers)[0] if want_hidden else None
     if drafter is not None:
         drafter.reset(prompt, prefix_hidden)
     prefill_s = clock() - start
@@ -233,8 +237,8 @@ def generate(
         shape = drafted.shape
         prefix_len = cache_length(cache)
         flat = flatten(drafted.tokens.to(device), shape.parents, shape.depths, prefix_len, dtype)
-        logits, hidden = _target_pass(target, want_hidden, input_ids=flat.input_ids, position_ids=flat.position_ids,
-                                      attention_mask=flat.attention_mask, cache=cache)  # [N, V], [N, H] or None
+        logits, hidden = _target_pass(target, want_hidden, layers, input_ids=flat.input_ids, position_ids=flat.position_ids,
+                                      attention_mask=flat.attention_mask, cache=cache)  # [N, V], [N, F] or None
         t2 = clock()
         tokens = drafted.tokens.tolist()
         target_probs = logits if sampling.greedy else _LazyProbs(logits, sampling)

@@ -138,24 +138,29 @@ def distill_loss(draft: TreespecDraftForCausalLM, batch: Batch) -> tuple[torch.T
 
 
 @torch.no_grad()
-def agreement(score: Callable[[Sequence[Example]], tuple[torch.Tensor, torch.Tensor]], examples: Sequence[Example],
-              tokens_per_batch: int = 8192) -> dict[str, float]:
+def agreement(score: Callable[[Sequence[Example]], tuple[torch.Tensor | list[torch.Tensor], torch.Tensor]],
+              examples: Sequence[Example], tokens_per_batch: int = 8192) -> dict[str, float]:
     """Teacher-forced agreement with the target: top-1 and target-argmax-in-draft-top-4, over all answer
     positions and over greedy answers only (the P_1 estimate). `score(chunk)` returns the draft's reduced
-    logits [R, K] and the target's top ids [R, k] (reduced-vocabulary indices) of a chunk's answer rows."""
-    hits = {"agree_top1": [0, 0], "target_in_top4": [0, 0], "greedy_agree_top1": [0, 0]}
+    logits [R, K] and the target's top ids [R, k] (reduced-vocabulary indices) of a chunk's answer rows; it may
+    return a list of logits, one per unrolled EAGLE level (`eagle_level_logits`), whose metrics for level d >= 2
+    get the suffix `_level{d}` (the estimate at a node d-1 levels below the root, the path being the target's)."""
+    hits: dict[str, list[int]] = {}
     for chunk in token_batches(examples, tokens_per_batch, random.Random(0)):
-        logits, top_ids = score(chunk)
+        levels, top_ids = score(chunk)
         target_top1 = top_ids[:, 0]
-        top4 = logits.topk(4, dim=-1).indices
-        top1_hit = top4[:, 0] == target_top1
         greedy_rows = torch.cat([torch.full((len(e.input_ids) - e.prompt_len,), e.greedy) for e in chunk])
-        for key, hit, mask in (("agree_top1", top1_hit, None),
-                               ("target_in_top4", (top4 == target_top1[:, None]).any(-1), None),
-                               ("greedy_agree_top1", top1_hit, greedy_rows)):
-            selected = hit if mask is None else hit[mask]
-            hits[key][0] += int(selected.sum())
-            hits[key][1] += selected.numel()
+        for level, logits in enumerate(levels if isinstance(levels, list) else [levels], start=1):
+            suffix = "" if level == 1 else f"_level{level}"
+            top4 = logits.topk(4, dim=-1).indices
+            top1_hit = top4[:, 0] == target_top1
+            for key, hit, mask in (("agree_top1", top1_hit, None),
+                                   ("target_in_top4", (top4 == target_top1[:, None]).any(-1), None),
+                                   ("greedy_agree_top1", top1_hit, greedy_rows)):
+                selected = hit if mask is None else hit[mask]
+                counts = hits.setdefault(key + suffix, [0, 0])
+                counts[0] += int(selected.sum())
+                counts[1] += selected.numel()
     return {k: (n / d if d else float("nan")) for k, (n, d) in hits.items()}
 
 
@@ -166,19 +171,23 @@ def cosine_lr(step: int, total: int, warmup: int, peak: float, floor: float) -> 
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
-def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int | None = None):
+def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int | None = None,
+                           feature_layers: Sequence[int] = ()):
     """An EAGLE head for a Llama-style target: one decoder layer (copied from the target's layer
     `init_layer`, or freshly initialised when None: small updates, so the head starts close to h = f + e),
     the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to pass the feature
-    through plus the token embedding."""
-    from treespec.eagle import EagleDraftConfig, EagleDraftModel
+    through plus the token embedding. With `feature_layers` (target hidden-state indices, see
+    treespec.eagle.target_features) the head is a fused one; its `fuse` starts as the selection of the
+    last layer's feature when the last layer is listed (the single-layer head's input), else as the mean."""
+    from treespec.eagle import EagleDraftConfig, EagleDraftModel, check_feature_layers
 
     tcfg = target.config
     fields = {k: v for k, v in tcfg.to_dict().items()
               if k not in ("architectures", "model_type", "transformers_version", "_name_or_path", "quantization_config")}
     fields.update(num_hidden_layers=1, tie_word_embeddings=False, output_token_ids=list(output_token_ids),
-                  architectures=["EagleDraftModel"])
+                  feature_layers=list(feature_layers), architectures=["EagleDraftModel"])
     head = EagleDraftModel(EagleDraftConfig(**fields))
+    check_feature_layers(head.config, target)
     hidden = tcfg.hidden_size
     with torch.no_grad():
         if init_layer is not None:
@@ -186,17 +195,34 @@ def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[i
         head.lm_head.weight.copy_(target.lm_head.weight[head.output_ids])
         head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
         head.fc.bias.zero_()
+        if head.fused:
+            layers = list(feature_layers)
+            last = tcfg.num_hidden_layers
+            chosen = [j for j, i in enumerate(layers) if i == last][:1] or list(range(len(layers)))
+            weight = torch.zeros(hidden, len(layers) * hidden)
+            for j in chosen:
+                weight[:, j * hidden:(j + 1) * hidden] = torch.eye(hidden) / len(chosen)
+            head.fuse.weight.copy_(weight)
     return head
+
+
+def load_eagle_start(head, start) -> None:
+    """Load a trained head's weights into `head` (same vocabulary); a single-layer head may start a fused one,
+    whose `fuse` keeps its initialisation. ValueError when the two heads do not fit."""
+    missing, unexpected = head.load_state_dict(start.state_dict(), strict=False)
+    if unexpected or any(not key.startswith("fuse.") for key in missing):
+        raise ValueError(f"the heads do not fit: missing {missing}, unexpected {unexpected}")
 
 
 @dataclass(frozen=True)
 class EagleBatch:
     """A right-padded batch for the EAGLE head, shifted by one: input position i is draft position i + 1,
-    consuming (f_i, x_{i+1}) and estimating f_{i+1}; `rows` index (batch, input position)."""
+    consuming (f_i, x_{i+1}) and estimating f_{i+1}; `rows` index (batch, input position). F is H for a
+    single-layer head, k*H for a fused one (the target features it fuses)."""
 
     input_ids: torch.Tensor  # [B, L-1] tokens x_1 .. x_{L-1}
-    features: torch.Tensor  # [B, L-1, H] f_0 .. f_{L-2}
-    targets: torch.Tensor  # [B, L-1, H] f_1 .. f_{L-1}
+    features: torch.Tensor  # [B, L-1, F] f_0 .. f_{L-2}
+    targets: torch.Tensor  # [B, L-1, F] f_1 .. f_{L-1}
     lengths: torch.Tensor  # [B] valid input positions
     rows: torch.Tensor  # [R, 2]
     top_ids: torch.Tensor  # [R, k]
@@ -216,54 +242,78 @@ def collate_eagle(examples: Sequence[Example], features: Sequence[torch.Tensor],
                       plain.top_logprobs)
 
 
-def unrolled_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive [B, 1, L, 2L] mask for the second unrolled pass: query j sees the first pass's keys 0..j-1
-    (inputs with the target's true features) and its own second-pass key, as a depth-2 tree node does."""
+def unrolled_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype, level: int = 2) -> torch.Tensor:
+    """Additive [B, 1, L, level*L] mask for unrolled pass `level` (>= 2) over the keys of passes 1..level: query j
+    sees pass 1's keys 0..j-level+1 (inputs with the target's true features: the context up to the root),
+    pass m's key at j-level+m for 2 <= m < level (its tree ancestors) and its own key, as a node
+    level-1 levels below the root x_{j-level+2} does."""
     positions = torch.arange(width, device=lengths.device)
-    earlier = (positions[None, :] < positions[:, None])[None] & (positions[None, None, :] < lengths[:, None, None])
-    own = torch.eye(width, dtype=torch.bool, device=lengths.device)[None].expand(len(lengths), -1, -1)
-    return additive(torch.cat([earlier, own], dim=-1), dtype)
+    earlier = (positions[None, :] <= positions[:, None] - level + 1)[None] & (positions[None, None, :] < lengths[:, None, None])
+    blocks = [earlier.expand(len(lengths), -1, -1)]
+    for m in range(2, level + 1):
+        ancestor = positions[None, :] == positions[:, None] - level + m  # [L, L]
+        blocks.append(ancestor[None].expand(len(lengths), -1, -1))
+    return additive(torch.cat(blocks, dim=-1), dtype)
 
 
 def eagle_hidden(head, features: torch.Tensor, token_embeds: torch.Tensor, lengths: torch.Tensor,
                  unroll: int = 1) -> list[torch.Tensor]:
-    """The head's outputs [B, L, H] per unrolled level. Level 1 reads the target's features (pairs
-    (f_j, x_{j+1}) at position j + 1); level 2 reads level 1's outputs instead, one position back, with the
-    keys of level 1 as context, which is exactly what the head computes for a depth-2 node of a tree."""
+    """The head's outputs [B, L, H] per unrolled level (the training-time test). Level 1 reads the target's
+    features [B, L, H] (fused for a fused head: pairs (f_j, x_{j+1}) at position j + 1); level d reads level
+    d-1's outputs instead, one position back, with level 1's keys up to the root and the keys of the levels
+    between as context (`unrolled_mask`), which is exactly what the head computes for a node d-1 levels below the root."""
     from treespec.eagle import causal_mask
 
-    if unroll not in (1, 2):
-        raise ValueError(f"unroll must be 1 or 2, got {unroll}")
+    if unroll < 1:
+        raise ValueError(f"unroll must be at least 1, got {unroll}")
     width = token_embeds.shape[1]
     positions = torch.arange(1, width + 1, device=token_embeds.device)[None].expand(len(token_embeds), -1)
-    cache = DynamicCache() if unroll == 2 else None
-    first = head(features, token_embeds, positions, causal_mask(lengths, width, token_embeds.dtype), cache)
-    if unroll == 1:
-        return [first]
-    drafted = torch.cat([features[:, :1], first[:, :-1]], dim=1)
-    second = head(drafted, token_embeds, positions, unrolled_mask(lengths, width, token_embeds.dtype), cache)
-    return [first, second]
+    cache = DynamicCache() if unroll > 1 else None
+    levels = [head(features, token_embeds, positions, causal_mask(lengths, width, token_embeds.dtype), cache)]
+    for level in range(2, unroll + 1):
+        drafted = torch.cat([features[:, :1], levels[-1][:, :-1]], dim=1)
+        mask = unrolled_mask(lengths, width, token_embeds.dtype, level)
+        levels.append(head(drafted, token_embeds, positions, mask, cache))
+    return levels
+
+
+def feature_noise_like(features: torch.Tensor, chunk: int, noise: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Gaussian noise for [..., F] features, `noise` times each chunk's RMS (F = k*chunk: per fused layer)."""
+    shaped = features.unflatten(-1, (-1, chunk))
+    scale = shaped.pow(2).mean(-1, keepdim=True).sqrt()
+    return (noise * scale * torch.randn(shaped.shape, generator=generator)).flatten(-2)
+
+
+def eagle_level_logits(head, embed: torch.nn.Module, batch: EagleBatch, unroll: int) -> list[torch.Tensor]:
+    """Reduced logits [R, K] at the answer rows for each of `unroll` levels (no noise): level d's row is what the
+    head drafts at a node d-1 levels below the root, every earlier token of the path being the target's."""
+    levels = eagle_hidden(head, head.fuse_features(batch.features), embed(batch.input_ids), batch.lengths, unroll)
+    return [head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]]) for hidden in levels]
 
 
 def eagle_loss(head, embed: torch.nn.Module, batch: EagleBatch, *, feature_weight: float = 1.0,
                feature_noise: float = 0.0, generator: torch.Generator | None = None, unroll: int = 1):
     """Soft cross-entropy at answer rows plus smooth-L1 between the head's output and the target's next
-    feature at every valid position, averaged over the unrolled levels (see `eagle_hidden`).
-    Returns (loss, level-1 reduced logits [R, K], {"ce", "feature"} of the last level)."""
+    feature at every valid position, averaged over the unrolled levels (see `eagle_hidden`). A fused head
+    has no target for its output features (it reads them back, but they estimate nothing): its loss is on
+    tokens only, as in EAGLE-3. Returns (loss, level-1 reduced logits [R, K], {"ce"[, "feature"]} of the
+    last level)."""
     features = batch.features
     if feature_noise > 0:  # robustness to the head's own, imperfect features deeper in a tree
-        scale = features.pow(2).mean(-1, keepdim=True).sqrt()
-        features = features + feature_noise * scale * torch.randn(features.shape, generator=generator)
-    levels = eagle_hidden(head, features, embed(batch.input_ids).detach(), batch.lengths, unroll)
+        features = features + feature_noise_like(features, head.config.hidden_size, feature_noise, generator)
+    levels = eagle_hidden(head, head.fuse_features(features), embed(batch.input_ids).detach(), batch.lengths, unroll)
     valid = torch.arange(batch.input_ids.shape[1])[None] < batch.lengths[:, None]
     emittable = batch.top_ids >= 0
     p = torch.nan_to_num(torch.where(emittable, batch.top_logprobs, torch.full_like(batch.top_logprobs, -math.inf))
                          .softmax(-1))
-    total, first_logits = 0.0, None
+    total, first_logits, parts = 0.0, None, {}
     for hidden in levels:
-        feature_loss = F.smooth_l1_loss(hidden[valid], batch.targets[valid])
         logits = head.reduced_logits(hidden[batch.rows[:, 0], batch.rows[:, 1]])
         first_logits = logits if first_logits is None else first_logits
         ce = -(p * torch.log_softmax(logits.float(), dim=-1).gather(1, batch.top_ids.clamp(min=0))).sum(-1).mean()
-        total = total + (ce + feature_weight * feature_loss) / len(levels)
-    return total, first_logits, {"ce": ce.item(), "feature": feature_loss.item()}
+        level_loss, parts = ce, {"ce": ce.item()}
+        if not head.fused:
+            feature_loss = F.smooth_l1_loss(hidden[valid], batch.targets[valid])
+            level_loss, parts["feature"] = ce + feature_weight * feature_loss, feature_loss.item()
+        total = total + level_loss / len(levels)
+    return total, first_logits, parts
