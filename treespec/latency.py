@@ -21,7 +21,7 @@ import yaml
 from transformers import PreTrainedModel
 
 from treespec.cache import commit, new_cache
-from treespec.draft import Drafter
+from treespec.draft import Drafter, StepOutcome
 from treespec.engine import make_drafter
 from treespec.errors import ConfigError
 from treespec.mask import flatten
@@ -128,17 +128,33 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     return elapsed
 
 
-def _timed_draft_level(drafter: Drafter, prefix: list[int], width: int, device: torch.device) -> float:
-    """Seconds for one draft level expanding `width` nodes (children of the root, the engine's own drafting
-    call) after a fresh prefill."""
+def _timed_draft_levels(drafter: Drafter, prefix: list[int], widths: Sequence[int], device: torch.device
+                        ) -> dict[int, float]:
+    """Seconds of one draft level expanding w nodes (children of the root, the engine's own drafting call) for
+    each width, on top of one prefill of `prefix`. Between widths the drafter is moved on by one step that
+    accepts only the root (as in decoding); a drafter reading the target's features is prefilled anew instead
+    (its prefill is a single layer, and it would need the target's features of the step)."""
+    seconds = {}
     drafter.reset(prefix)
-    drafter.root_logits(prefix[-1])
-    nodes = list(range(1, width + 1))
-    _synchronise(device)
-    start = time.perf_counter()
-    drafter.node_logits(nodes, [prefix[i % len(prefix)] for i in range(width)], [0] * width)
-    _synchronise(device)
-    return time.perf_counter() - start
+    root = prefix[-1]
+    drafter.root_logits(root)
+    for i, width in enumerate(widths):
+        if i and getattr(drafter, "wants_target_hidden", False):
+            drafter.reset(prefix)
+            drafter.root_logits(root)
+        elif i:
+            bonus = prefix[i % len(prefix)]
+            drafter.observe(StepOutcome((0,), (root,), bonus))
+            root = bonus
+            drafter.root_logits(root)
+        nodes = list(range(1, width + 1))
+        tokens = [prefix[j % len(prefix)] for j in range(width)]
+        _synchronise(device)
+        start = time.perf_counter()
+        drafter.node_logits(nodes, tokens, [0] * width)
+        _synchronise(device)
+        seconds[width] = time.perf_counter() - start
+    return seconds
 
 
 @torch.inference_mode()
@@ -169,7 +185,7 @@ def measure_latency(
     if sizes[0] < 1 or prefix_len < 1 or repeats < 1 or (widths and widths[0] < 1):
         raise ConfigError("sizes, draft widths, prefix_len and repeats must be >= 1")
     generator = torch.Generator().manual_seed(seed)
-    max_len = prefix_len + max(sizes + widths) + 2
+    max_len = prefix_len + max(sizes + widths) + len(widths) + 2
     target_cache = _prefilled_cache(target, prefix_len, max_len, generator)
     drafter = make_drafter(draft, target, max_len) if draft is not None else None
     vocab = target.config.get_text_config().vocab_size
@@ -185,10 +201,10 @@ def measure_latency(
             elapsed = _timed_pass(target, target_cache, prefix_len, n, generator)
             if rep >= warmup:
                 samples[n].append(elapsed)
-        for w in widths:
-            elapsed = _timed_draft_level(drafter, draft_prefix, w, device)
-            if rep >= warmup:
-                draft_samples[w].append(elapsed)
+        if drafter is not None:
+            for w, elapsed in _timed_draft_levels(drafter, draft_prefix, widths, device).items():
+                if rep >= warmup:
+                    draft_samples[w].append(elapsed)
         if progress is not None:
             progress(rep)
     info = {"device": str(device), "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
