@@ -131,6 +131,16 @@ def hf_decode_batch(target, batch: list[list[int]], sampling: SamplingConfig, ma
     return rows, len(batch)
 
 
+def write_outputs(out_dir, table: list[dict], settings: dict) -> None:
+    """Print the table and write bench.csv and bench.json."""
+    print(format_table(table))
+    with open(out_dir / "bench.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
+
+
 def run(cfg: DictConfig) -> list[dict]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -241,15 +251,10 @@ def run(cfg: DictConfig) -> list[dict]:
                     row_file.write(json.dumps(row) + "\n")
     counter.handle.remove()
     table = bench_table(rows)
-    print(format_table(table))
-    with open(out_dir / "bench.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                 "assistant": model.assistant or cfg.draft, "hardware": pair.hardware.summary(),
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
-    (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
+    write_outputs(out_dir, table, settings)
     print(f"-> {out_dir}")
     return table
 
@@ -309,15 +314,10 @@ def _run_batched(cfg, methods, samplings, prompts, choices, drafts, counter, pai
     table = bench_table(rows)
     for row in table:
         row["batch_size"] = size
-    print(format_table(table))
-    with open(out_dir / "bench.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                 "batch_size": size, "hardware": {**pair.hardware.summary(), "batch_profile": batch_origin},
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
-    (out_dir / "bench.json").write_text(json.dumps({"table": table, "settings": settings}, indent=1))
+    write_outputs(out_dir, table, settings)
     print(f"-> {out_dir}")
     return table
 

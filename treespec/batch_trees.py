@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 import torch
 
 from treespec.errors import ConfigError
-from treespec.policies import DraftTree, Dynamic, Static, _assemble, _lineage, _pick_children
+from treespec.policies import DraftTree, Dynamic, Static, _assemble, _pick_children, keep_best
 from treespec.sampling import SamplingConfig
 
 
@@ -113,15 +113,4 @@ def _dynamic(policy: Dynamic, drafter, roots, sampling, eos, max_levels) -> list
             for b, logits in enumerate(drafter.node_logits(requests)):
                 if requests[b] is not None:
                     frontier_logits[b] = logits
-    return [_keep_best(policy, cands[b], forwarded[b], mode) for b in range(rows)]
-
-
-def _keep_best(policy: Dynamic, cands, forwarded, mode: str) -> DraftTree:
-    """Dynamic's final cut: the best budget - 1 candidates, breadth-first, siblings by rank."""
-    kept = sorted(range(1, len(cands)), key=lambda c: (-cands[c][0], cands[c][1]))[: policy.budget - 1]
-    order = [0] + sorted(kept, key=lambda c: (cands[c][1], _lineage(cands, c)))
-    index = {c: i for i, c in enumerate(order)}
-    tokens = [cands[c][3] for c in order]
-    parents = [-1] + [index[cands[c][2]] for c in order[1:]]
-    drafter_ids = tuple(forwarded.get(c, -1 - i) for i, c in enumerate(order))  # -1 - i: never forwarded
-    return _assemble(tokens, parents, {}, mode, drafter_ids)
+    return [keep_best(cands[b], forwarded[b], policy.budget, mode) for b in range(rows)]

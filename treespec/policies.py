@@ -200,14 +200,19 @@ class Dynamic:
                 forwarded[c] = len(forwarded)
             frontier_logits = drafter.node_logits([forwarded[c] for c in frontier], [cands[c][3] for c in frontier],
                                                   [forwarded[cands[c][2]] for c in frontier])
-        kept = sorted(range(1, len(cands)), key=lambda c: (-cands[c][0], cands[c][1]))[: self.budget - 1]
-        # breadth-first, siblings by rank; a kept node's ancestors score at least as high, so they are kept
-        order = [0] + sorted(kept, key=lambda c: (cands[c][1], _lineage(cands, c)))
-        index = {c: i for i, c in enumerate(order)}
-        tokens = [cands[c][3] for c in order]
-        parents = [-1] + [index[cands[c][2]] for c in order[1:]]
-        drafter_ids = tuple(forwarded.get(c, -1 - i) for i, c in enumerate(order))  # -1 - i: never forwarded
-        return _assemble(tokens, parents, {}, mode, drafter_ids)
+        return keep_best(cands, forwarded, self.budget, mode)
+
+
+def keep_best(cands, forwarded: dict[int, int], budget: int, mode: str) -> DraftTree:
+    """Dynamic's final cut: the best budget - 1 candidates, breadth-first, siblings by rank (a kept node's
+    ancestors score at least as high, so they are kept)."""
+    kept = sorted(range(1, len(cands)), key=lambda c: (-cands[c][0], cands[c][1]))[: budget - 1]
+    order = [0] + sorted(kept, key=lambda c: (cands[c][1], _lineage(cands, c)))
+    index = {c: i for i, c in enumerate(order)}
+    tokens = [cands[c][3] for c in order]
+    parents = [-1] + [index[cands[c][2]] for c in order[1:]]
+    drafter_ids = tuple(forwarded.get(c, -1 - i) for i, c in enumerate(order))  # -1 - i: never forwarded
+    return _assemble(tokens, parents, {}, mode, drafter_ids)
 
 
 @dataclass(frozen=True)
