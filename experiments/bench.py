@@ -50,6 +50,7 @@ from treespec.configs import (
     resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
+    with_draft_vocab,
     sampling_config,
 )
 from treespec.engine import generate
@@ -165,6 +166,9 @@ def run(cfg: DictConfig) -> list[dict]:
     device = resolve_device(cfg.device)
     pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
                      layout=cfg.layout)
+    pair = with_draft_vocab(pair, model.draft_vocab)
+    if pair.draft_vocab is not None and cfg.batch_size > 1:
+        raise ConfigError("model.draft_vocab is for batch_size=1; the batch engine drafts the full vocabulary")
     pair = resolve_hardware(hardware, pair, dtype=cfg.dtype, layout=cfg.layout,
                             acceptance=acceptance_for(model, TreeSpec(), sampling_config(samplings[0])),
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
@@ -214,8 +218,9 @@ def run(cfg: DictConfig) -> list[dict]:
                                eos, pad, seed)
             passes = counter.calls
         else:
-            draft = drafts[cfg.method_drafts.get(method, cfg.draft)]
-            out = generate(pair.target, draft, ids, tree=choices[spec.name, method].policy,
+            name = cfg.method_drafts.get(method, cfg.draft)
+            out = generate(pair.target, drafts[name], ids, tree=choices[spec.name, method].policy,
+                           draft_vocab=pair.draft_vocab if name == cfg.draft else None,
                            max_new_tokens=max_new, temperature=sampling.temperature, top_p=sampling.top_p,
                            top_k=sampling.top_k, seed=seed, eos_token_id=eos)
             tokens, passes = out.tokens, out.target_passes

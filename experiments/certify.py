@@ -9,8 +9,9 @@ Verification level: every sampling mode (without / with replacement, determinist
 {0.7, 1, 1.5} x {plain, top-p 0.9, top-k 3}: `draws` steps of treespec.verify on an irregular 4-level DP
 tree with context-indexed random p and q rows (vocabulary 6), continued to L = 4 tokens; greedy over
 `greedy_tables` random tables (exact). End to end: tiny Llama, Qwen2 and GPT-2 targets (vocabulary 6) with
-a DP-built irregular static tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2) and
-EOS under sampling; `runs` seeded treespec.generate calls each, first L = 4 tokens against the enumerated
+a DP-built irregular static tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2), EOS
+under sampling, an adaptive (confidence-stopped) tree, a draft vocabulary subset and batched decoding (a ragged
+batch through treespec.generate_batch); `runs` seeded treespec.generate calls each, first L = 4 tokens against the enumerated
 law, and each case asserts that steps accepted a non-first sibling and their full depth and then went on.
 
 Each case passes when its family (joint + per-position conditional tests, Holm) is not rejected at `alpha`
@@ -32,12 +33,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from treespec import certify, cli, policies
+from treespec.draft import vocab_subset
 from treespec.optimizer import sequoia_tree
 from treespec.sampling import SamplingConfig
 
 VOCAB = 6
 LENGTH = 4
 PROMPT = (1, 4, 2)
+FILLER = (3, 0, 5, 1, 2, 4, 0)  # the longer row of a ragged batch (batched cases)
 VERIFY_SHAPE = dict(accept=[0.5, 0.2, 0.1, 0.05], budget=10, max_depth=4)
 E2E_TREE = dict(accept=[0.5, 0.2, 0.1], budget=7, max_depth=3)
 PROCESSING = {"plain": {}, "top-p 0.9": {"top_p": 0.9}, "top-k 3": {"top_k": 3}}
@@ -89,6 +92,13 @@ def end_to_end_cases() -> list[dict]:
             {"name": f"e2e {arch} eagle head, dynamic, T=0.7", "arch": arch, "tree": "dynamic", "eagle": True,
              "sampling": {"temperature": 0.7}},
         ]
+    cases += [  # the drafting paths of the other issues: adaptive depth, a draft vocabulary subset, batches
+        {"name": "e2e llama adaptive width 2, T=1", "arch": "llama", "tree": "adaptive", "sampling": {"temperature": 1.0}},
+        {"name": "e2e qwen2 vocab subset (5 of 6), dp tree, T=1", "arch": "qwen2", "tree": "dp", "vocab": 5,
+         "sampling": {"temperature": 1.0}},
+        {"name": "e2e llama batch of 4 + ragged row, dp tree, T=0.7 top-p 0.9", "arch": "llama", "tree": "dp",
+         "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
+    ]
     for case in cases:
         case["level"] = "end to end"
     return cases
@@ -99,6 +109,8 @@ def _tree(name: str):
         return policies.Sequoia(**E2E_TREE)
     if name == "paths":
         return policies.Paths([(0,), (1,), (0, 0), (0, 1), (1, 0)], children="with_replacement")
+    if name == "adaptive":
+        return policies.Adaptive(max_depth=4, threshold=0.05, width=2)
     return policies.Dynamic(budget=10, depth=3, topk=4)
 
 
@@ -130,7 +142,11 @@ def run_case(case: dict, settings: dict, index: int) -> dict:
             first = certify.target_law(target, PROMPT, LENGTH, sampling).level(0)[0]
             eos = int(abs(first - 0.25).argmin())
         law = certify.target_law(target, PROMPT, LENGTH, sampling, eos_token_id=eos)
+        vocab = None
+        if case.get("vocab"):  # the draft proposes from the target's `vocab` likeliest first tokens
+            vocab = vocab_subset(torch.as_tensor(law.level(0)[0] * 1e6).round(), case["vocab"])
         decode = certify.EngineDecoder(target, draft, PROMPT, _tree(case["tree"]), LENGTH, eos_token_id=eos,
+                                       draft_vocab=vocab, batch=case.get("batch", 1), filler=FILLER,
                                        **case["sampling"])
         verdict = certify.run_case(decode, law, max(1, round(settings["runs"] * scale)), seed=seed * 100_000,
                                    alpha=alpha, eos_token_id=eos)

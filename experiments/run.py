@@ -44,6 +44,7 @@ from treespec.configs import (
     resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
+    with_draft_vocab,
     sampling_config,
 )
 from treespec.engine import generate
@@ -84,9 +85,12 @@ def run(cfg: DictConfig) -> dict:
     pair = load_pair(cfg.target, cfg.draft if tree.policy != "autoregressive" else None,
                      device=resolve_device(cfg.device), dtype=cfg.dtype,
                      attn_implementation=model.attn_implementation, layout=cfg.layout)
+    pair = with_draft_vocab(pair, model.draft_vocab if tree.policy != "autoregressive" else None)
     pair = resolve_hardware(hardware, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
     if cfg.batch_size > 1:
+        if pair.draft_vocab is not None:
+            raise ConfigError("model.draft_vocab is for batch_size=1; the batch engine drafts the full vocabulary")
         return run_batched(cfg, tree, acceptance, sampling, hardware, pair)
     choice = build_policy(tree, acceptance, pair.hardware.profile, pair.hardware.name)
     print(f"{cfg.name}: tree {choice.info['policy']}, budget {choice.info.get('budget')}, depth "
@@ -96,7 +100,8 @@ def run(cfg: DictConfig) -> dict:
     generations = []
     with open(out_dir / "metrics.jsonl", "w") as metrics, tqdm(prompts, desc=cfg.name, unit="prompt") as bar:
         for index, (prompt, ids) in enumerate(bar):
-            generation = generate(pair.target, pair.draft, ids, tree=choice.policy, max_new_tokens=cfg.max_new_tokens,
+            generation = generate(pair.target, pair.draft, ids, tree=choice.policy, draft_vocab=pair.draft_vocab,
+                                  max_new_tokens=cfg.max_new_tokens,
                                   temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                                   seed=cfg.seed + index)
             generations.append(generation)

@@ -53,7 +53,7 @@ def test_measured_once_then_cached(cache_dir, count_measurements):
     assert again.origin.startswith("measured now") and len(count_measurements) == 2 * measured
 
 
-@pytest.mark.parametrize("change", ["layout", "threads", "target weights", "draft", "dtype"])
+@pytest.mark.parametrize("change", ["layout", "threads", "target weights", "draft", "dtype", "draft vocab"])
 def test_a_key_change_measures_again(cache_dir, count_measurements, change, monkeypatch):
     target, draft = pair()
     auto_profile(target, draft, **FAST)
@@ -68,11 +68,14 @@ def test_a_key_change_measures_again(cache_dir, count_measurements, change, monk
             next(target.parameters()).add_(1.0)
     elif change == "draft":
         draft = None
+    elif change == "draft vocab":  # a draft scoring a vocabulary subset has cheaper levels: a profile of its own
+        kwargs["draft_vocab"] = torch.arange(0, 40, 2)
     else:
         monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
         kwargs["dtype"] = "auto"
     _, _, resolved = auto_profile(target, draft, **kwargs)
     assert resolved.origin.startswith("measured now") and len(count_measurements) > before
+    assert auto_profile(target, draft, **kwargs)[2].origin.startswith("cached from")  # and is then cached by that key
 
 
 def test_a_corrupt_cache_file_is_measured_again(cache_dir, count_measurements):

@@ -446,22 +446,40 @@ def eagle_head_for(target, seed: int = 0, noise: float = 0.05):
 class EngineDecoder:
     """A `Decode` for treespec.generate: seeded runs of `length` new tokens with a fixed target, draft,
     prompt, tree policy and sampling. `events` counts runs in which something happened that the
-    certificate needs to have exercised (see `RUN_EVENTS`)."""
+    certificate needs to have exercised (see `RUN_EVENTS`). `draft_vocab` [S]: the draft proposes from those ids
+    only. `batch` B > 1: runs go through `treespec.generate_batch`, B seeds per call, next to one longer
+    `filler` prompt (its row is dropped) so that every batch is ragged and padded."""
 
     def __init__(self, target, draft, prompt: Sequence[int], tree, length: int, *, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, eos_token_id: int | None = None):
+                 top_p: float = 1.0, top_k: int = 0, eos_token_id: int | None = None, draft_vocab=None,
+                 batch: int = 1, filler: Sequence[int] = ()):
         self.target, self.draft, self.prompt, self.tree, self.length = target, draft, list(prompt), tree, length
         self.sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
         self.eos_token_id = eos_token_id
+        self.draft_vocab, self.batch, self.filler = draft_vocab, batch, list(filler)
+        if batch > 1 and (draft_vocab is not None or len(self.filler) <= len(self.prompt)):
+            raise ValueError("a batched decoder takes no draft vocabulary and a filler prompt longer than the prompt")
         self.events: Counter = Counter()
 
     def __call__(self, seeds: Sequence[int]) -> list[tuple[int, ...]]:
         import treespec
 
         out = []
+        if self.batch > 1:
+            for start in range(0, len(seeds), self.batch):
+                chunk = [int(s) for s in seeds[start:start + self.batch]]
+                rows = treespec.generate_batch(self.target, self.draft, [self.prompt] * len(chunk) + [self.filler],
+                                               tree=self.tree, max_new_tokens=self.length,
+                                               seed=chunk + [chunk[0] + 7_919_993], eos_token_id=self.eos_token_id,
+                                               **self.sampling)[:len(chunk)]
+                for g in rows:
+                    self.events.update(run_events(g))
+                    out.append(tuple(g.tokens))
+            return out
         for seed in seeds:
             g = treespec.generate(self.target, self.draft, self.prompt, tree=self.tree, max_new_tokens=self.length,
-                                  seed=int(seed), eos_token_id=self.eos_token_id, **self.sampling)
+                                  seed=int(seed), eos_token_id=self.eos_token_id, draft_vocab=self.draft_vocab,
+                                  **self.sampling)
             self.events.update(run_events(g))
             out.append(tuple(g.tokens))
         return out

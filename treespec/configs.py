@@ -40,6 +40,7 @@ class ModelSpec:
     acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
     acceptance_sampled: Optional[Any] = None  # the same under sampling
     acceptance_source: str = ""  # how the vectors were measured
+    draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens (treespec.vocab)
 
 
 @dataclass
@@ -230,6 +231,19 @@ class LoadedPair:
     draft: Any  # None when no draft was asked for
     tokenizer: Any
     hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
+    draft_vocab: Optional[torch.Tensor] = None  # [S] token ids the draft proposes from; set by `with_draft_vocab`
+
+
+def with_draft_vocab(pair: LoadedPair, size: Optional[int]) -> LoadedPair:
+    """The pair with its draft restricted to the `size` most frequent tokens (treespec.vocab); None: as is."""
+    if size is None:
+        return pair
+    if pair.draft is None or pair.tokenizer is None:
+        raise ConfigError("model.draft_vocab needs a draft model and the target's tokenizer")
+    from treespec.vocab import draft_vocabulary
+
+    vocab_size = pair.draft.get_output_embeddings().weight.shape[0]
+    return replace(pair, draft_vocab=draft_vocabulary(pair.tokenizer, vocab_size, int(size)))
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
@@ -260,12 +274,13 @@ def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "floa
     if spec.name == "auto":
         target, draft, resolved = auto_profile(pair.target, pair.draft, dtype=dtype, layout=layout,
                                                acceptance=acceptance, remeasure=spec.remeasure, repeats=spec.repeats,
-                                               prefix_len=spec.prefix_len, settings=settings, progress=progress)
+                                               prefix_len=spec.prefix_len, settings=settings, progress=progress,
+                                               draft_vocab=pair.draft_vocab)
     else:
         if dtype == "auto":
             raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")
         target, draft, resolved = named_profile(pair.target, pair.draft, latency_profile(spec), spec.name, layout=layout)
-    return LoadedPair(target, draft, pair.tokenizer, resolved)
+    return LoadedPair(target, draft, pair.tokenizer, resolved, pair.draft_vocab)
 
 
 def resolve_batch_hardware(spec: HardwareSpec, pair: LoadedPair, batch_sizes, *, progress: Optional[Progress] = None,

@@ -40,6 +40,7 @@ from treespec.configs import (
     resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
+    with_draft_vocab,
     sampling_config,
 )
 from treespec.data import encode_prompt, load_prompts
@@ -148,10 +149,13 @@ def run(cfg: DictConfig) -> None:
           file=sys.stderr, flush=True)
     pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=device, dtype=cfg.dtype,
                      attn_implementation=model_spec.attn_implementation, layout=cfg.layout)
+    pair = with_draft_vocab(pair, model_spec.draft_vocab if needs_draft else None)
     pair = resolve_hardware(hardware_spec, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})
     hardware = pair.hardware
     if cfg.batch:
+        if pair.draft_vocab is not None:
+            raise ConfigError("model.draft_vocab is for one prompt at a time; the batch engine drafts the full vocabulary")
         _run_batch(cfg, pair, texts, tree_spec, acceptance, hardware_spec, sampling)
         return
     choice = build_policy(tree_spec, acceptance, hardware.profile, hardware.name)
@@ -171,10 +175,10 @@ def run(cfg: DictConfig) -> None:
                                       top_p=sampling.top_p, top_k=sampling.top_k, seed=cfg.seed)
         if cfg.compare and index == 0:  # warm both paths up so that neither pays first-call costs in the timing
             warm = dict(kwargs, max_new_tokens=min(8, cfg.max_new_tokens))
-            generate(target, draft, prompt, tree=choice.policy, **warm)
+            generate(target, draft, prompt, tree=choice.policy, draft_vocab=pair.draft_vocab, **warm)
             autoregressive(target, prompt, **warm)
         start = time.perf_counter()
-        out = generate(target, draft, prompt, tree=choice.policy, streamer=stream, **kwargs)
+        out = generate(target, draft, prompt, tree=choice.policy, streamer=stream, draft_vocab=pair.draft_vocab, **kwargs)
         wall = time.perf_counter() - start
         if cfg.stream:
             print(decoder.flush(), flush=True)

@@ -85,6 +85,12 @@ def fast_bf16(device: torch.device) -> bool:
     return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
+def vocab_fingerprint(vocab: torch.Tensor) -> str:
+    """A short hash of a draft vocabulary subset's token ids [S]."""
+    ids = torch.as_tensor(vocab, dtype=torch.long).cpu().numpy().tobytes()
+    return f"{int(torch.as_tensor(vocab).numel())}-{hashlib.sha256(ids).hexdigest()[:12]}"
+
+
 def model_fingerprint(model: torch.nn.Module) -> str:
     """A short hash of a model's config and weights (names, shapes and a strided sample of every tensor's
     values, in fp32, independent of the storage layout): changes when the model file does."""
@@ -213,10 +219,12 @@ def auto_profile(
     max_seconds: float | None = 60.0,
     settings: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    draft_vocab: torch.Tensor | None = None,
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
     dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
-    it is fast); `layout`: "standard", "transposed" or "auto" (both, on a CPU; GPUs use standard)."""
+    it is fast); `layout`: "standard", "transposed" or "auto" (both, on a CPU; GPUs use standard); `draft_vocab`
+    [S]: the draft's levels are timed scoring only those token ids (`treespec.vocab`), a profile of its own."""
     if layout not in (*LAYOUTS, "auto"):
         raise ConfigError(f"layout must be one of {(*LAYOUTS, 'auto')}, got '{layout}'")
     device = next(target.parameters()).device
@@ -229,6 +237,8 @@ def auto_profile(
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len}
+    if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
+        key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     path = _cache_path(key)
     entry = None if remeasure else _read_cache(path, key)
     if entry is not None:
@@ -245,7 +255,7 @@ def auto_profile(
         if device.type != "cuda" and _one_pass_seconds(target, prefix_len) > SLOW_PASS_S:
             sizes = CPU_SIZES_SLOW  # a large model: fewer sizes, so that profiling stays within a minute or so
     sizes = tuple(sizes)
-    common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup,
+    common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
     total = configurations * (2 if draft is not None else 1) + 1
     done = 0
@@ -280,7 +290,7 @@ def auto_profile(
         tick(f"target {t_dtype} {t_layout}")
     _, t_dtype, t_layout, profile = best
     target = configure(target, t_dtype, t_layout)
-    overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len)
+    overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, draft_vocab=draft_vocab)
     tick("engine overhead")
     seconds = time.perf_counter() - start
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,

@@ -172,12 +172,14 @@ def measure_latency(
     max_seconds: float | None = None,
     settings: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    draft_vocab: torch.Tensor | None = None,
 ) -> LatencyProfile:
     """Median pass times of the target over each tree size and of a draft level of each width, interleaved;
     with `overheads`, also the engine's per-step work (`measure_overheads`).
 
     A draft level is timed through the engine's drafter (so an EAGLE head is timed as it drafts, mask
-    building included) on top of a prefix_len prefix. `progress(round)` is called after every round. With
+    building included) on top of a prefix_len prefix; `draft_vocab` [S]: a causal-LM draft scoring only those
+    token ids (`treespec.vocab`). `progress(round)` is called after every round. With
     `max_seconds`, rounds stop early once that much time has passed and at least two were timed.
     """
     sizes = sorted({int(n) for n in sizes} | {1})
@@ -187,7 +189,7 @@ def measure_latency(
     generator = torch.Generator().manual_seed(seed)
     max_len = prefix_len + max(sizes + widths) + len(widths) + 2
     target_cache = _prefilled_cache(target, prefix_len, max_len, generator)
-    drafter = make_drafter(draft, target, max_len) if draft is not None else None
+    drafter = make_drafter(draft, target, max_len, draft_vocab) if draft is not None else None
     vocab = target.config.get_text_config().vocab_size
     draft_prefix = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
     device = next(target.parameters()).device
@@ -217,14 +219,16 @@ def measure_latency(
     profile = LatencyProfile({n: 1000 * statistics.median(v) for n, v in samples.items()}, width_ms.get(1, 0.0), info,
                              width_ms)
     if overheads:
-        overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, seed=seed)
+        overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, seed=seed,
+                                               draft_vocab=draft_vocab)
         profile = replace(profile, overhead_ms=overhead, baseline_overhead_ms=baseline)
     return profile
 
 
 @torch.inference_mode()
 def measure_overheads(target: PreTrainedModel, draft: PreTrainedModel | None, profile: LatencyProfile, *,
-                      prefix_len: int = 400, steps: int = 12, seed: int = 0) -> tuple[float, float]:
+                      prefix_len: int = 400, steps: int = 12, seed: int = 0,
+                      draft_vocab: torch.Tensor | None = None) -> tuple[float, float]:
     """(o, o_1) in ms: the engine's own work per step, as its decode loop's median step time (the first step,
     which also prefills a causal-LM draft, left out) minus the pass times `profile` predicts for that step:
     a chain of 2 with the draft (speculative) and autoregressive.
@@ -236,8 +240,11 @@ def measure_overheads(target: PreTrainedModel, draft: PreTrainedModel | None, pr
     prompt = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
 
     def median_step_ms(tree) -> float:
-        generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=3)  # warm-up
-        out = generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=steps)
+        vocab_arg = draft_vocab if tree is not None else None
+        generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=3,
+                 draft_vocab=vocab_arg)  # warm-up
+        out = generate(target, draft if tree is not None else None, prompt, tree=tree, max_new_tokens=steps,
+                       draft_vocab=vocab_arg)
         timed = out.steps[1:] or out.steps  # a causal-LM draft reads the prompt during the first step
         return 1000 * statistics.median(s.draft_s + s.target_s + s.verify_s + s.commit_s for s in timed)
 
