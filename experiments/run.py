@@ -44,8 +44,8 @@ from treespec.configs import (
     resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
-    with_draft_vocab,
     sampling_config,
+    with_draft_vocab,
 )
 from treespec.engine import generate
 from treespec.errors import ConfigError

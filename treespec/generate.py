@@ -40,8 +40,8 @@ from treespec.configs import (
     resolve_batch_hardware,
     resolve_device,
     resolve_hardware,
-    with_draft_vocab,
     sampling_config,
+    with_draft_vocab,
 )
 from treespec.data import encode_prompt, load_prompts
 from treespec.engine import Generation, autoregressive, generate

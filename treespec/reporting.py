@@ -107,7 +107,8 @@ def format_table(table: Sequence[dict[str, Any]]) -> str:
         def num(value, digits=2, suffix=""):
             return "-" if value is None else f"{value:.{digits}f}{suffix}"
         lines.append((r["sampling"], r["method"], num(r["tokens_per_second"]), num(r["speedup"], 2, "x"),
-                      num(r["median_speedup"], 2, "x"), num(r.get("vs_assisted"), 2, "x"), num(r["tokens_per_pass"]), num(r["predicted_tokens_per_pass"]),
+                      num(r["median_speedup"], 2, "x"), num(r.get("vs_assisted"), 2, "x"), num(r["tokens_per_pass"]),
+                      num(r["predicted_tokens_per_pass"]),
                       num(r.get("vs_autoregressive"), 2, "x"), num(r.get("predicted_speedup"), 2, "x"),
                       "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%"))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
