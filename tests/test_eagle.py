@@ -31,6 +31,20 @@ def _features(target, tokens):
         return target.model(torch.tensor([tokens])).last_hidden_state[0]
 
 
+def _train_steps(head, embed, batch, unroll, steps=25):
+    """`steps` AdamW steps of train.eagle_loss on one batch: (losses, the last step's logits, its loss parts)."""
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        loss, logits, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
+                                               generator=torch.Generator().manual_seed(0))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, logits, parts
+
+
 def test_drafter_matches_a_fresh_recomputation(target_and_head):
     target, head = target_and_head
     prompt = [5, 9, 13, 2, 7]
@@ -84,15 +98,7 @@ def test_eagle_training_pieces_learn(unroll):
     assert batch.features.shape[:2] == batch.input_ids.shape and batch.rows[:, 1].max() < batch.input_ids.shape[1]
     head = train.init_eagle_from_target(target, vocab)
     embed = target.get_input_embeddings()
-    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(25):
-        loss, _, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
-                                          generator=torch.Generator().manual_seed(0))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses, _, parts = _train_steps(head, embed, batch, unroll)
     assert losses[-1] < 0.8 * losses[0] and set(parts) == {"ce", "feature"}
 
 
@@ -280,15 +286,7 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
     assert batch.features.shape[-1] == 3 * hidden
     head = train.init_eagle_from_target(target, vocab, feature_layers=FUSED)
     embed = target.get_input_embeddings()
-    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(25):
-        loss, logits, parts = train.eagle_loss(head, embed, batch, feature_noise=0.1, unroll=unroll,
-                                               generator=torch.Generator().manual_seed(0))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses, logits, parts = _train_steps(head, embed, batch, unroll)
     assert losses[-1] < 0.8 * losses[0] and set(parts) == {"ce"} and logits.shape == (len(batch.rows), len(vocab))
     assert head.fuse.weight.grad is not None and head.fuse.weight.grad.abs().sum() > 0
     with torch.no_grad():  # held-out agreement per level: level 1 is what the loss scores
