@@ -291,10 +291,16 @@ def load_data(cfg: DictConfig, run: Path, directory: Path, manifest: dict) -> di
 
 
 def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
+    """The draft's output vocabulary (run/vocab.json): the `vocab.size` most frequent answer tokens plus EOS, or,
+    when the draft starts from a trained one (`draft.init_from`), that draft's own vocabulary."""
     path = run / "vocab.json"
     if not path.exists():
         counts = distill_data.token_frequencies(data)
-        ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=[eos])
+        if cfg.draft.init_from:
+            ids = [int(i) for i in load_model(cfg.draft.init_from).config.output_token_ids]
+            log.info("output vocabulary of draft.init_from=%s: %d tokens", cfg.draft.init_from, len(ids))
+        else:
+            ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=[eos])
         covered = sum(counts[i] for i in ids) / max(1, sum(counts.values()))
         path.write_text(json.dumps({"size": len(ids), "answer_token_coverage": covered, "ids": ids}))
     return json.loads(path.read_text())["ids"]
@@ -462,6 +468,8 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
                    "precision": sorted({e["precision"] for e in manifest["shards"]})},
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
+        "train_machine": corpus.machine()["cpu"],  # where the export ran: the training's machine unless resumed elsewhere
+        "train_threads": torch.get_num_threads(),
         "final_heldout": {k: v for k, v in log_rows[-1].items() if "agree" in k or "top4" in k},
         "output_vocab": vocab_info["size"],
         "output_vocab_answer_coverage": round(vocab_info["answer_token_coverage"], 4),
@@ -480,22 +488,26 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
              "run), then: " if summary["config"]["draft"].get("init_from") else "")
     cfg, c = summary["config"], draft.config
     heldout = summary["final_heldout"]
-    vocab = (f"an LM head over {summary['output_vocab']} tokens (the most frequent in the answers; they cover "
+    chosen = ("the start draft's" if cfg["draft"].get("init_from") else "the most frequent in the answers")
+    vocab = (f"an LM head over {summary['output_vocab']} tokens ({chosen}; they cover "
              f"{100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's "
              "output rows; logits elsewhere are -inf, so q is 0 outside that set")
     if cfg["draft"]["kind"] == "eagle":
         title = "EAGLE-style draft head"
-        usage = (f"It reads the target's last hidden state (Li et al. 2024): `EagleDraftModel`, `import treespec` "
+        layers, unroll = cfg["draft"].get("eagle_feature_layers") or [], cfg["draft"].get("eagle_unroll", 1)
+        reads = ("the target's last hidden state (Li et al. 2024)" if not layers else
+                 f"the target's hidden states after layers {layers}, fused (EAGLE-3's ingredients, Li et al. 2025)")
+        usage = (f"It reads {reads}: `EagleDraftModel`, `import treespec` "
                  f"registers it. Pass it as the draft to `treespec.generate` with `{summary['target']}` as the target; "
                  "it cannot decode on its own, so transformers' assisted generation cannot use it.")
-        layers, unroll = cfg["draft"].get("eagle_feature_layers") or [], cfg["draft"].get("eagle_unroll", 1)
         feature = ("target's feature (last hidden state after its final norm)" if not layers else
                    f"fused target feature: one projection ({len(layers)}x{c.hidden_size} -> {c.hidden_size}) of the target's "
                    f"hidden states after layers {layers}, each through its final norm (EAGLE-3's low, mid and top features)")
         architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
                         f"{feature} and e the target's own token "
                         "embedding (shared at run time, not stored), then one decoder layer ("
-                        + (f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
+                        + ("the start draft's" if cfg["draft"].get("init_from") else
+                           f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
                            if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
                         + (", then trained); its output estimates f_j.\n" if not layers else
                            ", then trained); its output is the feature it reads one tree level down.\n")
@@ -548,7 +560,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ## Training
 {start}{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
 {cfg['train']['tokens_per_batch']} tokens per batch, {summary['train_steps']} steps
-({summary['train_seconds'] / 3600:.2f} h on this CPU).
+({summary['train_seconds'] / 3600:.2f} h on {summary['train_machine']}, {summary['train_threads']} torch threads).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
 target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}

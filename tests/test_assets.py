@@ -8,7 +8,7 @@ import torch
 import treespec
 from treespec import models
 from treespec.data import encode_prompt
-from treespec.eagle import EagleDrafter, EagleDraftModel
+from treespec.eagle import EagleDrafter, EagleDraftModel, target_features
 from treespec.training.draft_model import TreespecDraftForCausalLM
 
 ASSETS = Path(models.__file__).parent / "assets"
@@ -53,23 +53,24 @@ def test_greedy_decoding_with_each_draft_is_exact(name, target, tokenizer):
         assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)
 
 
-def test_committed_eagle_head_drafts_as_before_fused_heads_existed(target, tokenizer):
-    """The default head (saved before `feature_layers` existed) loads as a single-layer head and drafts exactly
-    as it did: its steps and logits at the commit that added fused heads (1 torch thread, this CPU)."""
+def test_committed_eagle_head_is_fused_and_drafts_as_when_it_was_committed(target, tokenizer):
+    """The default head fuses target layers 3, 15 and 30 (EAGLE-3's low, mid and top features) and drafts exactly
+    as it did when it was committed: its steps and logits then (1 torch thread, an Intel Xeon)."""
     draft = models.load_model(models.DEFAULT_DRAFT)
-    assert draft.config.feature_layers == [] and not hasattr(draft, "fuse")
+    assert draft.config.feature_layers == [3, 15, 30] and draft.fuse.weight.shape == (576, 3 * 576)
     prompt = encode_prompt(tokenizer, "Name three colours and say why people like them.")
     got = treespec.generate(target, draft, prompt, tree=treespec.policies.Dynamic(8, 4, 3), max_new_tokens=24)
     assert [(s.tree_size, s.accepted, s.accepted_ranks) for s in got.steps] == [
-        (8, 3, (1, 0)), (8, 1, ()), (8, 1, ()), (8, 3, (0, 0)), (8, 2, (2,)), (8, 1, ()), (8, 2, (1,)), (8, 3, (0, 0)),
-        (8, 3, (0, 0)), (8, 2, (0,)), (8, 2, (1,)), (1, 1, ())]
+        (8, 3, (0, 0)), (8, 3, (0, 0)), (8, 2, (0,)), (8, 2, (2,)), (8, 1, ()), (8, 1, ()), (8, 1, ()), (8, 3, (0, 0)),
+        (8, 4, (0, 1, 0)), (8, 1, ()), (8, 2, (1,)), (1, 1, ())]
     with torch.no_grad():
         drafter = EagleDrafter(draft, target, 128)
-        drafter.reset(prompt, target.base_model(torch.tensor([prompt[:-1]])).last_hidden_state[0])
+        hidden = target.base_model(torch.tensor([prompt[:-1]]), output_hidden_states=True)
+        drafter.reset(prompt, target_features(target, hidden, draft.config.feature_layers)[0])
         root = drafter.root_logits(prompt[-1]).topk(5)
-        nodes = drafter.node_logits([1, 2], [504, 33], [0, 0]).topk(3, dim=-1)
-    assert root.indices.tolist() == [504, 33, 788, 3965, 2427]
-    torch.testing.assert_close(root.values, torch.tensor([21.9645, 21.3976, 21.3798, 21.0924, 21.0614]), atol=2e-3, rtol=0)
-    assert nodes.indices.tolist() == [[905, 768, 808], [30, 28, 33]]
-    torch.testing.assert_close(nodes.values, torch.tensor([[5.7216, 5.6125, 5.1791], [15.7149, 10.9744, 10.4954]]),
+        nodes = drafter.node_logits([1, 2], [33, 504], [0, 0]).topk(3, dim=-1)
+    assert root.indices.tolist() == [33, 504, 4590, 788, 3965]
+    torch.testing.assert_close(root.values, torch.tensor([20.2686, 19.598, 19.4493, 19.3955, 19.0247]), atol=2e-3, rtol=0)
+    assert nodes.indices.tolist() == [[30, 32, 42], [768, 3201, 5065]]
+    torch.testing.assert_close(nodes.values, torch.tensor([[17.2515, 12.3481, 12.0961], [7.8647, 5.7299, 5.6078]]),
                                atol=2e-3, rtol=0)

@@ -150,6 +150,7 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     assert type(head).__name__ == "EagleDraftModel"
     card = (run / "draft" / "README.md").read_text()
     assert "EAGLE-style draft head" in card and "transformers' assisted generation cannot use it" in card
+    assert "It reads the target's last hidden state" in card and "torch threads)" in card
     target = load_model(tiny_target_dir)
     import treespec
 
@@ -162,16 +163,18 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     # three unrolled levels, the head reading its own features
     second = tmp_path / "second"
     second.mkdir()
-    for name in ("prompts.jsonl", "vocab.json"):
-        (second / name).write_bytes((run / name).read_bytes())
+    (second / "prompts.jsonl").write_bytes((run / "prompts.jsonl").read_bytes())  # vocab.json: init_from's
     (second / "teacher").symlink_to(run / "teacher")
     result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=3",
                           "draft.eagle_feature_layers=[0,1,2]", f"draft.init_from={run / 'draft'}",
                           f"corpus.dir={run / 'corpus'}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list((run / "teacher").glob("*.top20.features-0-1-2.pt"))) == 2
+    assert json.loads((second / "vocab.json").read_text())["ids"] == json.loads((run / "vocab.json").read_text())["ids"]
     card = (second / "draft" / "README.md").read_text()
     assert f"Started from the trained draft `{run / 'draft'}`" in card and "2 tree levels down" in card
+    assert "It reads the target's hidden states after layers [0, 1, 2], fused" in card
+    assert "one decoder layer (the start draft's, then trained)" in card and "tokens (the start draft's;" in card
     assert "fused target feature" in card and "loss on tokens only" in card and "d=2: " in card and "d=3: " in card
     log = [json.loads(line) for line in (second / "train_log.jsonl").read_text().splitlines()]
     assert "greedy_agree_top1_level3" in log[0] and "agree_top1_level2" in log[-1]

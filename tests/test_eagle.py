@@ -1,6 +1,7 @@
 """The EAGLE-style head: drafter bookkeeping against a fresh recomputation, parity, training pieces."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from treespec.draft import StepOutcome
 from treespec.eagle import EagleDraftConfig, EagleDrafter, EagleDraftModel, causal_mask, target_features
 from treespec.errors import ConfigError
 from treespec.mask import additive
+from treespec.models import load_model
 from treespec.training import distill_data, train
 
 
@@ -311,3 +313,23 @@ def test_unrolled_mask_of_level_2_is_the_former_one():
     own = torch.eye(width, dtype=torch.bool)[None].expand(2, -1, -1)
     assert torch.equal(train.unrolled_mask(lengths, width, torch.float32), additive(torch.cat([earlier, own], -1), torch.float32))
     assert train.unrolled_mask(lengths, width, torch.float32, level=3).shape == (2, 1, width, 3 * width)
+
+
+def test_a_head_saved_before_fused_heads_existed_loads_as_a_single_layer_head(target_and_head, tmp_path):
+    """config.json without `feature_layers` (heads saved before fused heads existed): a single-layer head that
+    drafts exactly as the same weights saved with the field do."""
+    target, head = target_and_head
+    head.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["feature_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    old = load_model(tmp_path).eval()
+    assert old.config.feature_layers == [] and not hasattr(old, "fuse") and not old.fused
+    prompt = [5, 9, 13, 2, 7]
+    with torch.no_grad():
+        outs = []
+        for model in (head, old):
+            drafter = EagleDrafter(model, target, 64)
+            drafter.reset(prompt, _features(target, prompt[:-1]))
+            outs.append((drafter.root_logits(prompt[-1]), drafter.node_logits([1, 2], [20, 21], [0, 0])))
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
