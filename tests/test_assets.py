@@ -65,8 +65,8 @@ def test_committed_eagle_head_is_fused_and_drafts_as_when_it_was_committed(targe
         (8, 4, (0, 1, 0)), (8, 1, ()), (8, 2, (1,)), (1, 1, ())]
     with torch.no_grad():
         drafter = EagleDrafter(draft, target, 128)
-        hidden = target.base_model(torch.tensor([prompt[:-1]]), output_hidden_states=True)
-        drafter.reset(prompt, target_features(target, hidden, draft.config.feature_layers)[0])
+        out = target.base_model(torch.tensor([prompt[:-1]]), output_hidden_states=True)
+        drafter.reset(prompt, target_features(target, out, draft.config.feature_layers)[0])
         root = drafter.root_logits(prompt[-1]).topk(5)
         nodes = drafter.node_logits([1, 2], [33, 504], [0, 0]).topk(3, dim=-1)
     assert root.indices.tolist() == [33, 504, 4590, 788, 3965]

@@ -33,6 +33,14 @@ def _features(target, tokens):
         return target.model(torch.tensor([tokens])).last_hidden_state[0]
 
 
+def _root_and_children(head, target, prompt, features):
+    """(root logits, logits of two children of the root drafting tokens 20 and 21) for `prompt`."""
+    with torch.no_grad():
+        drafter = EagleDrafter(head, target, 64)
+        drafter.reset(prompt, features)
+        return drafter.root_logits(prompt[-1]), drafter.node_logits([1, 2], [20, 21], [0, 0])
+
+
 def _train_steps(head, embed, batch, unroll, steps=25):
     """`steps` AdamW steps of train.eagle_loss on one batch: (losses, the last step's logits, its loss parts)."""
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
@@ -226,13 +234,9 @@ def test_fused_head_starting_as_the_single_layer_head_drafts_alike(target_and_he
     fused = train.init_eagle_from_target(target, single.config.output_token_ids, feature_layers=[0, 1, 2])
     train.load_eagle_start(fused, single)
     prompt = [5, 9, 13, 2, 7]
-    with torch.no_grad():
-        results = []
-        for head, feats in ((single, _features(target, prompt[:-1])), (fused, _fused_features(target, prompt[:-1], [0, 1, 2]))):
-            drafter = EagleDrafter(head, target, 64)
-            drafter.reset(prompt, feats)
-            results.append((drafter.root_logits(prompt[-1]), drafter.node_logits([1, 2], [20, 21], [0, 0])))
-    torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_root_and_children(fused, target, prompt, _fused_features(target, prompt[:-1], [0, 1, 2])),
+                               _root_and_children(single, target, prompt, _features(target, prompt[:-1])),
+                               atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="do not fit"):
         train.load_eagle_start(single, fused)
 
@@ -326,10 +330,6 @@ def test_a_head_saved_before_fused_heads_existed_loads_as_a_single_layer_head(ta
     old = load_model(tmp_path).eval()
     assert old.config.feature_layers == [] and not hasattr(old, "fuse") and not old.fused
     prompt = [5, 9, 13, 2, 7]
-    with torch.no_grad():
-        outs = []
-        for model in (head, old):
-            drafter = EagleDrafter(model, target, 64)
-            drafter.reset(prompt, _features(target, prompt[:-1]))
-            outs.append((drafter.root_logits(prompt[-1]), drafter.node_logits([1, 2], [20, 21], [0, 0])))
-    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    features = _features(target, prompt[:-1])
+    torch.testing.assert_close(_root_and_children(old, target, prompt, features),
+                               _root_and_children(head, target, prompt, features), atol=0, rtol=0)
