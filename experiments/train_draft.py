@@ -2,6 +2,7 @@
 
     python experiments/train_draft.py                                  # the default pair's draft
     python experiments/train_draft.py stages=[pool,generate] generate.max_hours=2   # only add to the corpus
+    python experiments/train_draft.py stages=[pool,followups] generate.max_hours=1  # add second turns
     python experiments/train_draft.py hydra.run.dir=outputs/train_draft/<run>   # resume that run
 
 Stages (each skips work already on disk, so an interrupted run resumes where it stopped):
@@ -9,6 +10,10 @@ Stages (each skips work already on disk, so an interrupted run resumes where it 
   generate  the corpus (treespec.training.corpus; in the repository, corpus/<target>/ for a built-in target):
             the target's answers as token-id shards with a manifest. It resumes from what is there and
             appends shards for pool prompts not yet answered; untrusted shards are dropped and regenerated
+  followups (only when listed) the corpus's multi-turn part, <corpus>/turn2/: for each first-turn shard, the
+            target's answers to a follow-up question (prompt_pool.followup) asked after its own first answer;
+            a follow-up shard whose first-turn shard changed is dropped and made again. Teacher, vocab and
+            train read it too (followups.train)
   teacher   teacher/: soft targets (the target's top-k at every answer position) recomputed from the corpus
             by teacher forcing, and for draft.kind=eagle the target's features, in the same pass
   vocab     vocab.json: the draft's output vocabulary (most frequent answer tokens) and its coverage
@@ -29,16 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from treespec import cli
-from treespec.data import encode_prompt
+from treespec.data import encode_chat, encode_prompt
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
 from treespec.training import corpus, distill_data, train
-from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool
+from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
 
 log = logging.getLogger("train_draft")
 REPO = Path(__file__).resolve().parents[1]
@@ -72,6 +78,11 @@ class GenerateSpec:
     dtype: str = "auto"  # auto: bfloat16 where the CPU has AMX / AVX512-BF16, else float32
     bf16_check: int = 16  # greedy prompts per bf16 shard regenerated in fp32 (0: none)
     modes: list[ModeSpec] = field(default_factory=list)
+
+
+@dataclass
+class FollowupSpec:
+    train: bool = True  # teacher, vocab and train also read the corpus's second turns (<corpus>/turn2) when it has any
 
 
 @dataclass
@@ -130,6 +141,7 @@ class TrainDraftSchema:
     pool: PoolSpec = field(default_factory=PoolSpec)
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     generate: GenerateSpec = field(default_factory=GenerateSpec)
+    followups: FollowupSpec = field(default_factory=FollowupSpec)
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
     vocab: VocabSpec = field(default_factory=VocabSpec)
     draft: DraftSpec = field(default_factory=DraftSpec)
@@ -196,14 +208,8 @@ def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
              totals["answers"], totals["answer_tokens"], totals["shards"], len(todo))
     if not todo:
         return
-    target = load_model(cfg.target)
-    precision = generation_precision(g.dtype)
-    generator = target if precision == "float32" else copy.deepcopy(target).to(torch.bfloat16)
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    target, generator, precision = generators(cfg)
     modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
-    command = " ".join(["python experiments/train_draft.py", *sys.argv[1:]])
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config = {key: config[key] for key in ("target", "seed", "threads", "pool", "corpus", "generate")}
     begun = time.perf_counter()
     for start, stop in tqdm(todo, desc="shards", unit="shard"):
         if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
@@ -212,81 +218,217 @@ def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
         tick = time.perf_counter()
         rows = prompts[start:stop]
         encoded = [encode_prompt(tokenizer, r["text"]) for r in rows]
-        answers: list = [None] * len(rows)
-        for name, (_, temperature) in modes.items():
-            members = [i for i, r in enumerate(rows) if r["mode"] == name]
-            for batch in tqdm(distill_data.batches_by_length(members, [len(e) for e in encoded], g.batch_size),
-                              desc=f"prompts {start}..{stop} {name}", leave=False):
-                torch.manual_seed(cfg.seed * 100003 + start + batch[0])
-                out = distill_data.generate_answers(generator, [encoded[i] for i in batch], temperature=temperature,
-                                                    max_new_tokens=g.max_new_tokens, eos_token_id=eos, pad_token_id=pad)
-                for i, answer in zip(batch, out):
-                    answers[i] = answer
-        check = None
-        greedy = [i for i, r in enumerate(rows) if modes[r["mode"]][1] == 0][: g.bf16_check]
-        if precision != "float32" and greedy:
-            check, redone = distill_data.compare_precision(
-                target, [encoded[i] for i in greedy], [answers[i] for i in greedy], max_new_tokens=g.max_new_tokens,
-                eos_token_id=eos, pad_token_id=pad)
-            for i, answer in zip(greedy, redone):
-                answers[i] = answer
-            check["stored"] = "the fp32 answers of these prompts; every other answer of the shard is bf16's"
-            log.info("bf16 against fp32 on %d greedy prompts: %s", len(greedy), check)
+        answers, check = answer_prompts(cfg, generator, target, encoded, [r["mode"] for r in rows], modes,
+                                        special_ids(tokenizer), f"prompts {start}..{stop}", cfg.seed * 100003 + start)
         records = [corpus.Record(start + i, modes[r["mode"]][0], CATEGORIES.index(r["category"]), encoded[i], answers[i])
                    for i, r in enumerate(rows)]
         entry = corpus.write_shard(directory, start, stop, records, manifest["id_dtype"])
-        entry.update(
-            sampling={name: {"temperature": temperature, "answers": sum(r["mode"] == name for r in rows)}
-                      for name, (_, temperature) in modes.items()},
-            max_new_tokens=g.max_new_tokens, batch_size=g.batch_size, precision=precision, precision_check=check,
-            command=command, config=config, machine=corpus.machine(), date=corpus.now(),
-            seconds=round(time.perf_counter() - tick, 1))
+        entry.update(shard_provenance(cfg, [r["mode"] for r in rows], modes, precision, check, tick))
         manifest = corpus.append_shard(directory, manifest, entry)
 
 
-def teacher_file(run: Path, entry: dict, keep_top: int, features: bool, layers: tuple[int, ...] = ()) -> Path:
-    """The run's cache of one shard's teacher pass, named by the shard's hash and what was computed."""
+FOLLOWUPS = "turn2"  # the corpus's multi-turn part: a subdirectory of the corpus, shards named as their first turns
+
+
+def followup_header(cfg: DictConfig, vocab_size: int) -> dict:
+    """The multi-turn part's header: the corpus's, its pool marked as second turns after the first turns' answers."""
+    header = corpus_header(cfg, vocab_size)
+    header["pool"] = {**header["pool"], "turn": 2, "followup": "treespec.training.prompt_pool.followup",
+                      "first_turn": "the target's answer in the parent corpus's shard of the same name"}
+    return header
+
+
+def open_followups(cfg: DictConfig, run: Path, tokenizer, first: dict, *, create: bool) -> tuple[Path, Optional[dict]]:
+    """The multi-turn part of the run's corpus (None when there is none and not `create`), keeping only shards
+    whose first-turn shard is still the one they were made from (others are deleted and made again)."""
+    directory = corpus_dir(cfg, run) / FOLLOWUPS
+    if not create and not (directory / corpus.MANIFEST).exists():
+        return directory, None
+    manifest, problems = corpus.open_corpus(directory, followup_header(cfg, len(tokenizer)))
+    trusted = {e["file"]: e["sha256"] for e in first["shards"]}
+    stale = [e for e in manifest["shards"] if trusted.get(e["file"]) != e.get("first_turn", {}).get("sha256")]
+    problems += [f"{e['file']} follows a first-turn shard that is gone or was made again" for e in stale]
+    for problem in problems:
+        log.warning("corpus %s: %s; dropped, its follow-ups will be answered again", directory, problem)
+    return directory, corpus.drop_shards(directory, manifest, stale) if stale else manifest
+
+
+def followup_prompt(tokenizer, row: dict, answer: np.ndarray, index: int, seed: int) -> list[int]:
+    """A conversation's ids: the pool prompt, the target's own first answer (without its EOS), a follow-up."""
+    text = tokenizer.decode(answer[:-1] if len(answer) and answer[-1] == tokenizer.eos_token_id else answer,
+                            skip_special_tokens=True)
+    return encode_chat(tokenizer, [{"role": "user", "content": row["text"]}, {"role": "assistant", "content": text},
+                                   {"role": "user", "content": followup(row["category"], index, seed)}])
+
+
+def stage_followups(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
+    """Append to the corpus's multi-turn part (<corpus>/turn2) the target's answers to a follow-up question
+    asked after its own first answer, for every first-turn shard not yet followed up (pool order), in the
+    first turn's sampling mode; generation settings are the generate stage's."""
+    g = cfg.generate
+    tokenizer = load_tokenizer(cfg.target)
+    first_dir, first = open_run_corpus(cfg, run, tokenizer)
+    directory, manifest = open_followups(cfg, run, tokenizer, first, create=True)
+    done = {e["file"] for e in manifest["shards"]}
+    todo = [e for e in sorted(first["shards"], key=lambda e: e["prompts"]["start"]) if e["file"] not in done][: g.max_shards]
+    totals = corpus.summary(manifest)
+    log.info("follow-ups %s: %d answers, %d answer tokens in %d shards; %d first-turn shards to follow up", directory,
+             totals["answers"], totals["answer_tokens"], totals["shards"], len(todo))
+    if not todo:
+        return
+    target, generator, precision = generators(cfg)
+    names = [m["name"] for m in manifest["modes"]]
+    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    begun = time.perf_counter()
+    for first_entry in tqdm(todo, desc="follow-up shards", unit="shard"):
+        start, stop = first_entry["prompts"]["start"], first_entry["prompts"]["stop"]
+        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
+            log.info("generate.max_hours=%s reached: stopping before the follow-ups of %s", g.max_hours, first_entry["file"])
+            break
+        tick = time.perf_counter()
+        arrays = corpus.read_shard(first_dir / first_entry["file"])
+        pairs, indices = corpus.records(arrays), [int(i) for i in arrays["pool_index"]]
+        row_modes = [names[int(m)] for m in arrays["mode"]]
+        encoded = [followup_prompt(tokenizer, prompts[i], ids[plen:], i, cfg.seed) for (ids, plen), i in zip(pairs, indices)]
+        answers, check = answer_prompts(cfg, generator, target, encoded, row_modes, modes, special_ids(tokenizer),
+                                        f"follow-ups {start}..{stop}", cfg.seed * 100003 + 50021 + start)
+        records = [corpus.Record(i, int(m), int(c), e, a)
+                   for i, m, c, e, a in zip(indices, arrays["mode"], arrays["category"], encoded, answers)]
+        entry = corpus.write_shard(directory, start, stop, records, manifest["id_dtype"])
+        entry.update(shard_provenance(cfg, row_modes, modes, precision, check, tick),
+                     first_turn={"file": first_entry["file"], "sha256": first_entry["sha256"]})
+        manifest = corpus.append_shard(directory, manifest, entry)
+
+
+def special_ids(tokenizer) -> tuple[int, int]:
+    """(EOS, padding id: the tokenizer's pad token, else EOS)."""
+    eos = tokenizer.eos_token_id
+    return eos, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+
+
+def generators(cfg: DictConfig) -> tuple[torch.nn.Module, torch.nn.Module, str]:
+    """(the target in fp32, the model that generates: the target or its bf16 copy, that precision's name)."""
+    target = load_model(cfg.target)
+    precision = generation_precision(cfg.generate.dtype)
+    return target, (target if precision == "float32" else copy.deepcopy(target).to(torch.bfloat16)), precision
+
+
+def answer_prompts(cfg: DictConfig, generator, target, encoded: list[list[int]], row_modes: list[str],
+                   modes: dict[str, tuple[int, float]], eos_pad: tuple[int, int], label: str,
+                   seed_base: int) -> tuple[list, Optional[dict]]:
+    """The target's answers to chat-encoded prompts, each in its sampling mode (batched by mode and length); when
+    the generator is a bf16 copy, the first `generate.bf16_check` greedy answers are redone in fp32 (and kept)
+    and the comparison is returned as the check (else None)."""
+    g, (eos, pad) = cfg.generate, eos_pad
+    answers: list = [None] * len(encoded)
+    for name, (_, temperature) in modes.items():
+        members = [i for i, mode in enumerate(row_modes) if mode == name]
+        for batch in tqdm(distill_data.batches_by_length(members, [len(e) for e in encoded], g.batch_size),
+                          desc=f"{label} {name}", leave=False):
+            torch.manual_seed(seed_base + batch[0])
+            out = distill_data.generate_answers(generator, [encoded[i] for i in batch], temperature=temperature,
+                                                max_new_tokens=g.max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+            for i, answer in zip(batch, out):
+                answers[i] = answer
+    check = None
+    greedy = [i for i, mode in enumerate(row_modes) if modes[mode][1] == 0][: g.bf16_check]
+    if generator is not target and greedy:
+        check, redone = distill_data.compare_precision(
+            target, [encoded[i] for i in greedy], [answers[i] for i in greedy], max_new_tokens=g.max_new_tokens,
+            eos_token_id=eos, pad_token_id=pad)
+        for i, answer in zip(greedy, redone):
+            answers[i] = answer
+        check["stored"] = "the fp32 answers of these prompts; every other answer of the shard is bf16's"
+        log.info("bf16 against fp32 on %d greedy prompts: %s", len(greedy), check)
+    return answers, check
+
+
+def shard_provenance(cfg: DictConfig, row_modes: list[str], modes: dict, precision: str, check: Optional[dict],
+                     tick: float) -> dict:
+    """A shard's manifest fields beyond the file's own: sampling counts, precision and its check, command, config,
+    machine, date, seconds since `tick`."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return dict(
+        sampling={name: {"temperature": temperature, "answers": row_modes.count(name)}
+                  for name, (_, temperature) in modes.items()},
+        max_new_tokens=cfg.generate.max_new_tokens, batch_size=cfg.generate.batch_size, precision=precision,
+        precision_check=check, command=" ".join(["python experiments/train_draft.py", *sys.argv[1:]]),
+        config={key: config[key] for key in ("target", "seed", "threads", "pool", "corpus", "generate")},
+        machine=corpus.machine(), date=corpus.now(), seconds=round(time.perf_counter() - tick, 1))
+
+
+def teacher_file(run: Path, entry: dict, keep_top: int, features: bool, layers: tuple[int, ...] = (),
+                 part: str = "") -> Path:
+    """The run's cache of one shard's teacher pass, named by the corpus part, the shard's hash and what was computed."""
     suffix = f"top{keep_top}" + (".features" if features else "")
     if features and layers:  # a fused head's features
         suffix += "-" + "-".join(map(str, layers))
-    return run / "teacher" / f"{Path(entry['file']).stem}.{entry['sha256'][:16]}.{suffix}.pt"
+    prefix = f"{part}." if part else ""
+    return run / "teacher" / f"{prefix}{Path(entry['file']).stem}.{entry['sha256'][:16]}.{suffix}.pt"
 
 
-def stage_teacher(cfg: DictConfig, run: Path, directory: Path, manifest: dict, pad: int) -> None:
+@dataclass(frozen=True)
+class CorpusPart:
+    """One part of the corpus the training reads: the first turns ("") or the follow-ups (FOLLOWUPS)."""
+
+    name: str
+    directory: Path
+    manifest: dict
+
+
+def corpus_parts(cfg: DictConfig, run: Path, tokenizer) -> list[CorpusPart]:
+    """The first-turn corpus, plus its multi-turn part when it has one and `followups.train` is set."""
+    directory, manifest = open_run_corpus(cfg, run, tokenizer)
+    parts = [CorpusPart("", directory, manifest)]
+    if cfg.followups.train:
+        followups, part = open_followups(cfg, run, tokenizer, manifest, create=False)
+        if part is not None and part["shards"]:
+            parts.append(CorpusPart(FOLLOWUPS, followups, part))
+    return parts
+
+
+def stage_teacher(cfg: DictConfig, run: Path, parts: list[CorpusPart], pad: int) -> None:
     """Soft targets (and, for an EAGLE draft, features) of every corpus shard, by teacher forcing."""
     features, layers = cfg.draft.kind == "eagle", tuple(cfg.draft.eagle_feature_layers)
     (run / "teacher").mkdir(exist_ok=True)
-    todo = [e for e in manifest["shards"] if not teacher_file(run, e, cfg.teacher.keep_top, features, layers).exists()]
+    todo = [(part, e) for part in parts for e in part.manifest["shards"]
+            if not teacher_file(run, e, cfg.teacher.keep_top, features, layers, part.name).exists()]
     if not todo:
         return
     target = load_model(cfg.target)
-    for entry in tqdm(todo, desc="teacher", unit="shard"):
-        pairs = corpus.records(corpus.read_shard(directory / entry["file"]))
+    for part, entry in tqdm(todo, desc="teacher", unit="shard"):
+        pairs = corpus.records(corpus.read_shard(part.directory / entry["file"]))
         out = distill_data.teacher_pass(target, [torch.from_numpy(ids) for ids, _ in pairs], [p for _, p in pairs],
                                         keep_top=cfg.teacher.keep_top, features=features, feature_layers=layers,
                                         tokens_per_batch=cfg.teacher.tokens_per_batch, pad_token_id=pad)
-        path = teacher_file(run, entry, cfg.teacher.keep_top, features, layers)
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features, layers, part.name)
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save({"top_ids": out.top_ids, "top_logprobs": out.top_logprobs, "features": out.features}, tmp)
         tmp.rename(path)
 
 
-def load_data(cfg: DictConfig, run: Path, directory: Path, manifest: dict) -> dict:
-    """The corpus's records with their soft targets (and features for an EAGLE draft), in pool order."""
-    if not manifest["shards"]:
-        raise FileNotFoundError(f"the corpus {directory} has no shards: run the generate stage first")
-    data = corpus.load(directory, manifest, [m["name"] for m in manifest["modes"]], CATEGORIES)
+def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
+    """The corpus's records with their soft targets (and features for an EAGLE draft): the first turns in pool
+    order, then the follow-ups in pool order; `turn` says which (1 or 2)."""
+    if not parts[0].manifest["shards"]:
+        raise FileNotFoundError(f"the corpus {parts[0].directory} has no shards: run the generate stage first")
     features = cfg.draft.kind == "eagle"
-    data.update(top_ids=[], top_logprobs=[], **({"features": []} if features else {}))
-    for entry in sorted(manifest["shards"], key=lambda e: e["prompts"]["start"]):
-        path = teacher_file(run, entry, cfg.teacher.keep_top, features, tuple(cfg.draft.eagle_feature_layers))
-        if not path.exists():
-            raise ConfigError(f"{path.name} is missing: run the teacher stage")
-        part = torch.load(path)
-        data["top_ids"] += part["top_ids"]
-        data["top_logprobs"] += part["top_logprobs"]
-        if features:
-            data["features"] += part["features"]
+    data: dict[str, list] = {"turn": [], "top_ids": [], "top_logprobs": [], **({"features": []} if features else {})}
+    for turn, part in enumerate(parts, 1):
+        loaded = corpus.load(part.directory, part.manifest, [m["name"] for m in part.manifest["modes"]], CATEGORIES)
+        for key, values in loaded.items():
+            data.setdefault(key, []).extend(values)
+        data["turn"] += [turn] * len(loaded["input_ids"])
+        for entry in sorted(part.manifest["shards"], key=lambda e: e["prompts"]["start"]):
+            path = teacher_file(run, entry, cfg.teacher.keep_top, features, tuple(cfg.draft.eagle_feature_layers),
+                                part.name)
+            if not path.exists():
+                raise ConfigError(f"{path.name} is missing: run the teacher stage")
+            cached = torch.load(path)
+            data["top_ids"] += cached["top_ids"]
+            data["top_logprobs"] += cached["top_logprobs"]
+            if features:
+                data["features"] += cached["features"]
     return data
 
 
@@ -447,8 +589,16 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     return model
 
 
-def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict, vocab_info: dict, directory: Path,
-                 manifest: dict) -> Path:
+def part_summary(part: CorpusPart) -> dict:
+    """A corpus part's totals, where it is (relative to the repository when inside it), machines and precisions."""
+    directory, shards = part.directory, part.manifest["shards"]
+    return {"dir": str(directory.relative_to(REPO)) if directory.is_relative_to(REPO) else str(directory),
+            **corpus.summary(part.manifest), "machines": sorted({e["machine"]["cpu"] for e in shards}),
+            "precision": sorted({e["precision"] for e in shards})}
+
+
+def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict, vocab_info: dict,
+                 parts: list[CorpusPart]) -> Path:
     out = Path(cfg.export.dir) if cfg.export.dir else run / "draft"
     out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, cfg.export.dtype)
@@ -456,16 +606,16 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
     draft.float()
     load_tokenizer(cfg.target).save_pretrained(out)
     log_rows = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
-    totals = corpus.summary(manifest)
+    summaries = [part_summary(part) for part in parts]
     summary = {
         "target": cfg.target,
         "answers": len(data["input_ids"]),
         "answer_tokens": int(sum(len(ids) - plen for ids, plen in zip(data["input_ids"], data["prompt_len"]))),
         "answers_by_mode": {m: data["mode"].count(m) for m in sorted(set(data["mode"]))},
-        "generation_seconds": round(totals["seconds"], 1),
-        "corpus": {"dir": str(directory.relative_to(REPO)) if directory.is_relative_to(REPO) else str(directory),
-                   **totals, "machines": sorted({e["machine"]["cpu"] for e in manifest["shards"]}),
-                   "precision": sorted({e["precision"] for e in manifest["shards"]})},
+        "followup_answers": data["turn"].count(2),
+        "generation_seconds": round(sum(part["seconds"] for part in summaries), 1),
+        "corpus": summaries[0],
+        "followups": summaries[1] if len(summaries) > 1 else None,
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
         "train_machine": corpus.machine()["cpu"],  # where the export ran: the training's machine unless resumed elsewhere
@@ -538,6 +688,11 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
     levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
               "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
               if deeper else "")
+    second = summary.get("followups")
+    followups = (f"\n- Second turns: {summary['followup_answers']} of the answers (in `{second['dir']}`, "
+                 f"{second['answer_tokens']} answer tokens) reply to a follow-up question "
+                 "(`treespec.training.prompt_pool.followup`) asked after the target's own first answer."
+                 if second else "")
     return f"""# {title} for {summary['target']}, trained by treespec
 
 {usage}
@@ -545,13 +700,13 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ## Data
 - Prompts: `treespec.training.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
-  sequence with MT-Bench or HumanEval. {summary['answers']} of them were answered.
+  sequence with MT-Bench or HumanEval. {summary['answers'] - summary.get('followup_answers', 0)} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
   {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens, kept in the corpus
   `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards, {summary['corpus']['bytes'] / 1e6:.1f} MB;
   {summary['generation_seconds'] / 3600:.2f} h of generation in {', '.join(summary['corpus']['precision'])} on
   {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
-  at every answer position were recomputed from them by teacher forcing.
+  at every answer position were recomputed from them by teacher forcing.{followups}
 
 ## Architecture
 {architecture}
@@ -570,28 +725,36 @@ holds the exact configuration of this run).
 """
 
 
+STAGES = ("pool", "generate", "followups", "teacher", "vocab", "train", "export")
+
+
 def run_stages(cfg: DictConfig) -> None:
+    unknown = sorted(set(cfg.stages) - set(STAGES))
+    if unknown:
+        raise ConfigError(f"unknown stages {unknown}; the stages are {list(STAGES)}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run = cli.output_dir()
     prompts = stage_pool(cfg, run)
     if "generate" in cfg.stages:
         stage_generate(cfg, run, prompts)
+    if "followups" in cfg.stages:
+        stage_followups(cfg, run, prompts)
     if not {"teacher", "vocab", "train", "export"} & set(cfg.stages):
         return
     tokenizer = load_tokenizer(cfg.target)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    directory, manifest = open_run_corpus(cfg, run, tokenizer)
+    pad = special_ids(tokenizer)[1]
+    parts = corpus_parts(cfg, run, tokenizer)
     if "teacher" in cfg.stages:
-        stage_teacher(cfg, run, directory, manifest, pad)
+        stage_teacher(cfg, run, parts, pad)
     if not {"vocab", "train", "export"} & set(cfg.stages):
         return
-    data = load_data(cfg, run, directory, manifest)
+    data = load_data(cfg, run, parts)
     vocab = stage_vocab(cfg, run, data, tokenizer.eos_token_id)
     if {"train", "export"} & set(cfg.stages):
         draft = stage_train(cfg, run, data, vocab, pad)
         if "export" in cfg.stages:
-            out = stage_export(cfg, run, draft, data, json.loads((run / "vocab.json").read_text()), directory, manifest)
+            out = stage_export(cfg, run, draft, data, json.loads((run / "vocab.json").read_text()), parts)
             log.info("draft written to %s", out)
 
 

@@ -141,6 +141,20 @@ def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == ["step_000004.pt", "step_000005.pt"]
 
 
+def test_train_draft_with_followups_and_an_unknown_stage(tmp_path, tiny_target_dir):
+    run = tmp_path / "run"
+    result = _train_draft(run, tiny_target_dir, "stages=[pool,generate,followups,teacher,vocab,train,export]",
+                          "train.max_steps=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list((run / "teacher").glob("turn2.p*.pt"))) == 2
+    summary = json.loads((run / "draft" / "training_summary.json").read_text())
+    assert summary["answers"] == 12 and summary["followup_answers"] == 6 and summary["followups"]["shards"] == 2
+    card = (run / "draft" / "README.md").read_text()
+    assert "6 of them were answered" in card and "- Second turns: 6 of the answers" in card
+    result = _train_draft(run, tiny_target_dir, "stages=[pool,generat]")
+    assert result.returncode != 0 and "unknown stages ['generat']" in result.stderr
+
+
 def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     run = tmp_path / "run"
     result = _train_draft(run, tiny_target_dir, "draft.kind=eagle", "train.max_steps=3")
@@ -224,17 +238,24 @@ def test_compare_precision_measures_agreement_with_the_reference():
     assert redone == same and stats["identical_answers"] == 0 and stats["teacher_forced_agreement"] == 0.0
 
 
-def _generate_in_process(run, target_dir, corpus_dir, *overrides):
-    """train_draft's pool and generate stages in this process (a session adding to the corpus)."""
+def _config(target_dir, corpus_dir, *overrides):
+    """train_draft's configuration for a 9-prompt pool of the tiny target, as Hydra would compose it."""
     import train_draft
     from omegaconf import OmegaConf
 
     defaults = OmegaConf.load(ROOT / "conf/train_draft.yaml")
     del defaults["defaults"], defaults["hydra"]
-    cfg = OmegaConf.merge(OmegaConf.structured(train_draft.TrainDraftSchema), defaults,
-                          OmegaConf.from_dotlist([f"target={target_dir}", f"corpus.dir={corpus_dir}", "pool.size=9",
-                                                  "generate.max_new_tokens=5", "generate.batch_size=4",
-                                                  "generate.shard_prompts=3", *overrides]))
+    return OmegaConf.merge(OmegaConf.structured(train_draft.TrainDraftSchema), defaults,
+                           OmegaConf.from_dotlist([f"target={target_dir}", f"corpus.dir={corpus_dir}", "pool.size=9",
+                                                   "generate.max_new_tokens=5", "generate.batch_size=4",
+                                                   "generate.shard_prompts=3", *overrides]))
+
+
+def _generate_in_process(run, target_dir, corpus_dir, *overrides):
+    """train_draft's pool and generate stages in this process (a session adding to the corpus)."""
+    import train_draft
+
+    cfg = _config(target_dir, corpus_dir, *overrides)
     run.mkdir(exist_ok=True)
     train_draft.stage_generate(cfg, run, train_draft.stage_pool(cfg, run))
     return json.loads((corpus_dir / "manifest.json").read_text())
@@ -273,3 +294,60 @@ def test_generation_appends_across_sessions_and_regenerates_an_interrupted_shard
     assert third["shards"][0] == entry and all(e["precision"] == "float32" for e in third["shards"][1:])
     for e in third["shards"]:
         assert corpus.verify_entry(store, e) is None
+
+
+def test_followups_answer_each_first_turn_and_are_redone_when_it_changes(tmp_path, tiny_target_dir):
+    import train_draft
+
+    from treespec.training.prompt_pool import followup
+
+    store, run = tmp_path / "corpus", tmp_path / "run"
+    first = _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32")
+    cfg = _config(tiny_target_dir, store, "generate.dtype=float32", "generate.max_shards=2")
+    prompts = train_draft.stage_pool(cfg, run)
+    train_draft.stage_followups(cfg, run, prompts)
+    second = json.loads((store / "turn2" / "manifest.json").read_text())
+    assert second["pool"]["turn"] == 2 and second["modes"] == first["modes"]
+    assert [e["file"] for e in second["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
+    assert all(e["first_turn"] == {"file": f["file"], "sha256": f["sha256"]} for e, f in zip(second["shards"], first["shards"]))
+    tokenizer, target = load_tokenizer(tiny_target_dir), load_model(tiny_target_dir)
+    greedy = [m["name"] for m in first["modes"]].index("greedy")
+    checked = 0
+    for entry in second["shards"]:
+        one, two = corpus.read_shard(store / entry["file"]), corpus.read_shard(store / "turn2" / entry["file"])
+        for key in ("pool_index", "mode", "category"):
+            assert (one[key] == two[key]).all()
+        for (ids1, p1), (ids2, p2), index, mode in zip(corpus.records(one), corpus.records(two), one["pool_index"], one["mode"]):
+            answer = ids1[p1:-1] if ids1[-1] == tokenizer.eos_token_id else ids1[p1:]
+            conversation = tokenizer.decode(ids2[:p2])
+            row = prompts[int(index)]
+            assert conversation.index(row["text"]) < conversation.index(tokenizer.decode(answer, skip_special_tokens=True))
+            assert conversation.rstrip().endswith(followup(row["category"], int(index), 0) + "<|im_end|>\n<|im_start|>assistant")
+            if mode == greedy:  # the stored follow-up answer is the target's own
+                out = target.generate(torch.from_numpy(ids2[:p2])[None], max_new_tokens=5, do_sample=False,
+                                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)[0, p2:]
+                assert ids2[p2:].tolist() == out.tolist()[: len(ids2) - p2] and len(ids2) - p2 >= 1
+                checked += 1
+    assert checked >= 1
+
+    # the first shard's follow-ups claim another first turn (as after it was regenerated): dropped and redone
+    kept = (store / "turn2" / "p000000-000003.npz").read_bytes()
+    second["shards"][0]["first_turn"]["sha256"] = "0" * 64
+    (store / "turn2" / "manifest.json").write_text(json.dumps(second))
+    train_draft.stage_followups(_config(tiny_target_dir, store, "generate.dtype=float32"), run, prompts)
+    third = json.loads((store / "turn2" / "manifest.json").read_text())
+    assert [e["file"] for e in third["shards"]] == ["p000003-000006.npz", "p000000-000003.npz", "p000006-000009.npz"]
+    assert third["shards"][1]["first_turn"]["sha256"] == first["shards"][0]["sha256"]
+    assert (store / "turn2" / "p000000-000003.npz").read_bytes() == kept  # same seeds, same answers
+
+    # teacher, vocab and train read both parts; followups.train=false reads the first turns only
+    pad = train_draft.special_ids(tokenizer)[1]
+    parts = train_draft.corpus_parts(cfg, run, tokenizer)
+    assert [p.name for p in parts] == ["", "turn2"]
+    train_draft.stage_teacher(cfg, run, parts, pad)
+    assert len(list((run / "teacher").glob("turn2.p*.top20.pt"))) == 3 and len(list((run / "teacher").glob("p*.pt"))) == 3
+    data = train_draft.load_data(cfg, run, parts)
+    assert data["turn"] == [1] * 9 + [2] * 9 and data["pool_index"][:9] == data["pool_index"][9:]
+    assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
+    only_first = train_draft.corpus_parts(_config(tiny_target_dir, store, "followups.train=false"), run, tokenizer)
+    assert [p.name for p in only_first] == [""]

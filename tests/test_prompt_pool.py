@@ -279,3 +279,33 @@ def test_template_data_file_is_package_data():
     config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     globs = config["tool"]["setuptools"]["package-data"]["treespec.training"]
     assert any(pp.TEMPLATES_FILE.match(g) for g in globs)
+
+
+# --- follow-ups (second turns of the corpus's multi-turn part) ----------------------------------------
+
+
+def test_followups_are_general_plus_the_categorys_own_and_distinct():
+    general = dict(pp._lists().followups)["general"]
+    for category in CATEGORIES:
+        options = pp.followups(category)
+        assert options[: len(general)] == general and len(options) >= len(general) + 6
+        assert len(set(options)) == len(options) and all(o.strip() == o and o for o in options)
+    with pytest.raises(ValueError, match="unknown category"):
+        pp.followup("poetry", 0)
+
+
+def test_followup_depends_only_on_category_index_and_seed():
+    picks = [pp.followup("math", i, seed=0) for i in range(300)]
+    assert picks == [pp.followup("math", i, seed=0) for i in range(300)]
+    assert set(picks) == set(pp.followups("math"))  # every follow-up gets used
+    assert picks != [pp.followup("math", i, seed=1) for i in range(300)]
+    # pinned: a corpus's second turns were asked with these (changing the list changes what new shards ask)
+    assert [pp.followup(c, i, 0) for c, i in [("math", 0), ("writing", 1), ("chat", 2)]] == [
+        "Can you make that shorter? Keep only the most important points.", "Make the ending more surprising.",
+        "Give me one concrete example that illustrates your answer."]
+
+
+def test_followups_share_no_five_word_run_with_mtbench():
+    texts = sorted({f for category in CATEGORIES for f in pp.followups(category)})
+    hits = ngram_overlaps(texts, _mtbench_turns(), n=5)
+    assert hits == [], [texts[i] for i in hits]

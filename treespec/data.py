@@ -108,10 +108,14 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool |
     template (or `chat=True`), else the plain encoding."""
     use_chat = bool(tokenizer.chat_template) if chat is None else chat
     if use_chat:
-        if not tokenizer.chat_template:
-            raise ConfigError("chat=True but the tokenizer has no chat template")
-        encoded = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+        return encode_chat(tokenizer, [{"role": "user", "content": text}])
     return list(tokenizer(text)["input_ids"])
+
+
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation (`[{"role": "user" | "assistant", "content": ...}, ...]`, ending with a
+    user turn) through the tokenizer's chat template, plus the assistant prefix."""
+    if not tokenizer.chat_template:
+        raise ConfigError("the tokenizer has no chat template, which chat prompts and conversations need")
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)

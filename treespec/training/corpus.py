@@ -269,6 +269,16 @@ def append_shard(directory: Path, manifest: dict, entry: dict) -> dict:
     return updated
 
 
+def drop_shards(directory: Path, manifest: dict, entries: Sequence[dict]) -> dict:
+    """Remove shards from the manifest (rewritten atomically first) and delete their files; returns the new manifest."""
+    files = {entry["file"] for entry in entries}
+    updated = {**manifest, "shards": [e for e in manifest["shards"] if e["file"] not in files]}
+    write_manifest(directory, updated)
+    for name in files:
+        (directory / name).unlink(missing_ok=True)
+    return updated
+
+
 def plan_shards(manifest: dict, prompts: int, shard_prompts: int) -> list[tuple[int, int]]:
     """The [start, stop) ranges, in pool order, that answer the first `prompts` pool prompts not yet in a shard:
     runs of unanswered indices cut into pieces of at most `shard_prompts` (a gap left by a dropped shard is

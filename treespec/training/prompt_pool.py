@@ -8,6 +8,8 @@ evenly as capacity allows over `CATEGORIES` (MT-Bench's eight categories, everyd
 HumanEval-style "code_completion", so coding plus code completion make up about 20%), and inside a
 category evenly over its prompt families. Asking for more prompts than the templates can make
 (`pool_capacity()`) raises ValueError.
+`followup(category, pool_index, seed)` gives a prompt's second user turn (asked after the target's own first
+answer, for the corpus's multi-turn part), a seeded choice from the general and the category's follow-ups.
 
 Everything is built from hand-written lists, kept as data in `prompt_templates.yaml` next to this module
 (read once, on first use); the families below wire them into templates: a family is one template plus the
@@ -72,7 +74,8 @@ def _frozen(value: object) -> object:
 def _lists() -> SimpleNamespace:
     """Every list of prompt_templates.yaml by its key (read once), plus the ones derived from them:
     `extraction_kinds` as (paragraph, slot, values, nums, instructions) with `values` resolved by name,
-    `persona_names`, `persona_asks` ((persona, question) pairs) and `advisor_cases` ((advisor, case) pairs)."""
+    `persona_names`, `persona_asks` ((persona, question) pairs), `advisor_cases` ((advisor, case) pairs) and
+    `followups` as (category or "general", follow-ups) pairs."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = {key: _frozen(value) for key, value in yaml.load(TEMPLATES_FILE.read_text(encoding="utf-8"), Loader=loader).items()}
     data["extraction_kinds"] = tuple((kind["paragraph"], kind["slot"], data[kind["values"]], kind["nums"], kind["instructions"])
@@ -80,6 +83,7 @@ def _lists() -> SimpleNamespace:
     data["persona_names"] = tuple(persona for persona, _ in data["personas"])
     data["persona_asks"] = tuple((persona, ask) for persona, asks in data["personas"] for ask in asks)
     data["advisor_cases"] = tuple((role, case) for role, cases in data["advisors"] for case in cases)
+    data["followups"] = tuple(data["followups"].items())  # (category or "general", follow-ups) pairs
     return SimpleNamespace(**data)
 
 
@@ -885,6 +889,22 @@ def build_prompt_pool(n: int, seed: int = 0) -> list[PoolPrompt]:
                 count)]
     rng.shuffle(pool)
     return pool
+
+
+def followups(category: str) -> tuple[str, ...]:
+    """The second user turns that fit a first-turn prompt of `category`: the general ones, then the category's."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}; expected one of {CATEGORIES}")
+    L = _lists()
+    table = dict(L.followups)
+    return table["general"] + table.get(category, ())
+
+
+def followup(category: str, pool_index: int, seed: int = 0) -> str:
+    """The follow-up (second user turn) for pool prompt `pool_index` of `category`: a choice from
+    `followups(category)` that depends only on (category, pool_index, seed), so a corpus can be extended."""
+    options = followups(category)
+    return options[random.Random(f"followup:{seed}:{pool_index}").randrange(len(options))]
 
 
 def _words(text: str) -> list[str]:
