@@ -424,7 +424,7 @@ def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
                                 part.name)
             if not path.exists():
                 raise ConfigError(f"{path.name} is missing: run the teacher stage")
-            cached = torch.load(path)
+            cached = torch.load(path, mmap=True)  # features stay on disk (page cache): the corpus can outgrow RAM
             data["top_ids"] += cached["top_ids"]
             data["top_logprobs"] += cached["top_logprobs"]
             if features:
