@@ -3,6 +3,7 @@
     python experiments/train_draft.py                                  # the default pair's draft
     python experiments/train_draft.py stages=[pool,generate] generate.max_hours=2   # only add to the corpus
     python experiments/train_draft.py stages=[pool,followups] generate.max_hours=1  # add second turns
+    python experiments/train_draft.py stages=[self_prompts] generate.max_hours=1   # add requests the target writes
     python experiments/train_draft.py hydra.run.dir=outputs/train_draft/<run>   # resume that run
 
 Stages (each skips work already on disk, so an interrupted run resumes where it stopped):
@@ -10,6 +11,10 @@ Stages (each skips work already on disk, so an interrupted run resumes where it 
   generate  the corpus (treespec.training.corpus; in the repository, corpus/<target>/ for a built-in target):
             the target's answers as token-id shards with a manifest. It resumes from what is there and
             appends shards for pool prompts not yet answered; untrusted shards are dropped and regenerated
+  self_prompts (only when listed) the corpus's self-prompt part, <corpus>/self/: user requests the target writes
+            itself after its chat template's user-turn prefix (treespec.training.self_prompts, Magpie), screened
+            against MT-Bench and HumanEval, then answered as pool prompts are. Teacher, vocab and train read it
+            too (self_prompts.train)
   followups (only when listed) the corpus's multi-turn part, <corpus>/turn2/: for each first-turn shard, the
             target's answers to a follow-up question (prompt_pool.followup) asked after its own first answer;
             a follow-up shard whose first-turn shard changed is dropped and made again. Teacher, vocab and
@@ -29,6 +34,7 @@ import logging
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +46,10 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from treespec import cli
-from treespec.data import encode_chat, encode_prompt
+from treespec.data import encode_chat, encode_prompt, humaneval, mtbench
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
-from treespec.training import corpus, distill_data, train
+from treespec.training import corpus, distill_data, self_prompts, train
 from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
 
 log = logging.getLogger("train_draft")
@@ -83,6 +89,14 @@ class GenerateSpec:
 @dataclass
 class FollowupSpec:
     train: bool = True  # teacher, vocab and train also read the corpus's second turns (<corpus>/turn2) when it has any
+
+
+@dataclass
+class SelfPromptSpec:
+    count: int = 100000  # requests (numbered from 0) that the self_prompts stage may write in all
+    temperature: float = 1.0  # sampling temperature of the requests
+    max_query_tokens: int = 96  # a request not finished within this many tokens is rejected
+    train: bool = True  # teacher, vocab and train also read the self-prompt part (<corpus>/self) when it has any
 
 
 @dataclass
@@ -142,6 +156,7 @@ class TrainDraftSchema:
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     generate: GenerateSpec = field(default_factory=GenerateSpec)
     followups: FollowupSpec = field(default_factory=FollowupSpec)
+    self_prompts: SelfPromptSpec = field(default_factory=SelfPromptSpec)
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
     vocab: VocabSpec = field(default_factory=VocabSpec)
     draft: DraftSpec = field(default_factory=DraftSpec)
@@ -300,6 +315,73 @@ def stage_followups(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
         manifest = corpus.append_shard(directory, manifest, entry)
 
 
+SELF = "self"  # the corpus's part of requests the target wrote itself: a subdirectory of the corpus
+
+
+def self_prompt_header(cfg: DictConfig, vocab_size: int) -> dict:
+    """The self-prompt part's header: the corpus's, its "pool" the request writer's settings."""
+    s = cfg.self_prompts
+    return {**corpus_header(cfg, vocab_size),
+            "pool": {"builder": "treespec.training.self_prompts (the target writes the user turn)", "seed": cfg.seed,
+                     "temperature": s.temperature, "max_query_tokens": s.max_query_tokens,
+                     "screen": f"finished, >= {self_prompts.MIN_WORDS} words, no 8-word run of MT-Bench or HumanEval, "
+                               "no repeat within the shard"}}
+
+
+def evaluation_texts() -> list[str]:
+    """Every MT-Bench turn and HumanEval prompt: what training data must not share an 8-word run with."""
+    return [turn for prompt in mtbench() for turn in prompt.turns] + [prompt.text for prompt in humaneval()]
+
+
+def stage_self_prompts(cfg: DictConfig, run: Path) -> None:
+    """Append shards to the corpus's self-prompt part (<corpus>/self): for requests [start, stop) (numbered up
+    to `self_prompts.count`), the target writes each user request after its chat template's user-turn prefix, the
+    screened ones are answered in a mode seeded per request; generation settings are the generate stage's."""
+    g, s = cfg.generate, cfg.self_prompts
+    tokenizer = load_tokenizer(cfg.target)
+    directory = corpus_dir(cfg, run) / SELF
+    manifest, problems = corpus.open_corpus(directory, self_prompt_header(cfg, len(tokenizer)))
+    for problem in problems:
+        log.warning("corpus %s: %s; dropped, its requests will be written again", directory, problem)
+    todo = corpus.plan_shards(manifest, s.count, g.shard_prompts)[: g.max_shards]
+    totals = corpus.summary(manifest)
+    log.info("self prompts %s: %d answers, %d answer tokens in %d shards", directory, totals["answers"],
+             totals["answer_tokens"], totals["shards"])
+    if not todo:
+        return
+    target, generator, precision = generators(cfg)
+    eos, pad = special_ids(tokenizer)
+    prefix = tokenizer(self_prompts.query_prefix(tokenizer), add_special_tokens=False)["input_ids"]
+    references = evaluation_texts()
+    names = [m["name"] for m in manifest["modes"]]
+    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    weights = [m["weight"] for m in manifest["modes"]]
+    begun = time.perf_counter()
+    for start, stop in tqdm(todo, desc="self-prompt shards", unit="shard"):
+        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
+            log.info("generate.max_hours=%s reached: stopping before requests %d..%d", g.max_hours, start, stop)
+            break
+        tick = time.perf_counter()
+        queries, ended = self_prompts.generate_queries(
+            generator, prefix, stop - start, temperature=s.temperature, max_tokens=s.max_query_tokens,
+            eos_token_id=eos, pad_token_id=pad, batch_size=g.batch_size, seed=cfg.seed * 100003 + 70001 + start)
+        texts = [tokenizer.decode(q, skip_special_tokens=True).strip() for q in queries]
+        reasons = self_prompts.screen_queries(texts, ended, references)
+        kept = [i for i, reason in enumerate(reasons) if reason is None]
+        if not kept:
+            raise RuntimeError(f"no request of {start}..{stop} passed the screen ({Counter(reasons)})")
+        encoded = [encode_prompt(tokenizer, texts[i]) for i in kept]
+        row_modes = [names[self_prompts.mode_for(start + i, weights, cfg.seed)] for i in kept]
+        answers, check = answer_prompts(cfg, generator, target, encoded, row_modes, modes, (eos, pad),
+                                        f"requests {start}..{stop}", cfg.seed * 100003 + 90001 + start)
+        records = [corpus.Record(start + i, modes[m][0], 0, e, a) for i, m, e, a in zip(kept, row_modes, encoded, answers)]
+        entry = corpus.write_shard(directory, start, stop, records, manifest["id_dtype"])
+        entry.update(shard_provenance(cfg, row_modes, modes, precision, check, tick),
+                     requests={"written": stop - start, "kept": len(kept),
+                               "rejected": dict(Counter(r for r in reasons if r is not None))})
+        manifest = corpus.append_shard(directory, manifest, entry)
+
+
 def special_ids(tokenizer) -> tuple[int, int]:
     """(EOS, padding id: the tokenizer's pad token, else EOS)."""
     eos = tokenizer.eos_token_id
@@ -369,17 +451,27 @@ def teacher_file(run: Path, entry: dict, keep_top: int, features: bool, layers: 
 
 @dataclass(frozen=True)
 class CorpusPart:
-    """One part of the corpus the training reads: the first turns ("") or the follow-ups (FOLLOWUPS)."""
+    """One part of the corpus the training reads: the pool's first turns (""), the self prompts (SELF) or the
+    follow-ups (FOLLOWUPS); `categories` names the shards' category indices."""
 
     name: str
     directory: Path
     manifest: dict
+    categories: tuple[str, ...] = CATEGORIES
 
 
 def corpus_parts(cfg: DictConfig, run: Path, tokenizer) -> list[CorpusPart]:
-    """The first-turn corpus, plus its multi-turn part when it has one and `followups.train` is set."""
+    """The first-turn corpus, plus its self-prompt and multi-turn parts when they have shards and their `train`
+    is set."""
     directory, manifest = open_run_corpus(cfg, run, tokenizer)
     parts = [CorpusPart("", directory, manifest)]
+    own = directory / SELF
+    if cfg.self_prompts.train and (own / corpus.MANIFEST).exists():
+        part, problems = corpus.open_corpus(own, self_prompt_header(cfg, len(tokenizer)))
+        for problem in problems:
+            log.warning("corpus %s: %s; dropped", own, problem)
+        if part["shards"]:
+            parts.append(CorpusPart(SELF, own, part, ("self",)))
     if cfg.followups.train:
         followups, part = open_followups(cfg, run, tokenizer, manifest, create=False)
         if part is not None and part["shards"]:
@@ -408,17 +500,17 @@ def stage_teacher(cfg: DictConfig, run: Path, parts: list[CorpusPart], pad: int)
 
 
 def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
-    """The corpus's records with their soft targets (and features for an EAGLE draft): the first turns in pool
-    order, then the follow-ups in pool order; `turn` says which (1 or 2)."""
+    """The corpus's records with their soft targets (and features for an EAGLE draft), part after part, each in
+    index order; `part` holds each record's part name."""
     if not parts[0].manifest["shards"]:
         raise FileNotFoundError(f"the corpus {parts[0].directory} has no shards: run the generate stage first")
     features = cfg.draft.kind == "eagle"
-    data: dict[str, list] = {"turn": [], "top_ids": [], "top_logprobs": [], **({"features": []} if features else {})}
-    for turn, part in enumerate(parts, 1):
-        loaded = corpus.load(part.directory, part.manifest, [m["name"] for m in part.manifest["modes"]], CATEGORIES)
+    data: dict[str, list] = {"part": [], "top_ids": [], "top_logprobs": [], **({"features": []} if features else {})}
+    for part in parts:
+        loaded = corpus.load(part.directory, part.manifest, [m["name"] for m in part.manifest["modes"]], part.categories)
         for key, values in loaded.items():
             data.setdefault(key, []).extend(values)
-        data["turn"] += [turn] * len(loaded["input_ids"])
+        data["part"] += [part.name] * len(loaded["input_ids"])
         for entry in sorted(part.manifest["shards"], key=lambda e: e["prompts"]["start"]):
             path = teacher_file(run, entry, cfg.teacher.keep_top, features, tuple(cfg.draft.eagle_feature_layers),
                                 part.name)
@@ -612,10 +704,12 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
         "answers": len(data["input_ids"]),
         "answer_tokens": int(sum(len(ids) - plen for ids, plen in zip(data["input_ids"], data["prompt_len"]))),
         "answers_by_mode": {m: data["mode"].count(m) for m in sorted(set(data["mode"]))},
-        "followup_answers": data["turn"].count(2),
+        "followup_answers": data["part"].count(FOLLOWUPS),
+        "self_prompt_answers": data["part"].count(SELF),
         "generation_seconds": round(sum(part["seconds"] for part in summaries), 1),
         "corpus": summaries[0],
-        "followups": summaries[1] if len(summaries) > 1 else None,
+        "self_prompts": next((totals for part, totals in zip(parts, summaries) if part.name == SELF), None),
+        "followups": next((totals for part, totals in zip(parts, summaries) if part.name == FOLLOWUPS), None),
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
         "train_machine": corpus.machine()["cpu"],  # where the export ran: the training's machine unless resumed elsewhere
@@ -688,11 +782,16 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
     levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
               "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
               if deeper else "")
-    second = summary.get("followups")
-    followups = (f"\n- Second turns: {summary['followup_answers']} of the answers (in `{second['dir']}`, "
-                 f"{second['answer_tokens']} answer tokens) reply to a follow-up question "
-                 "(`treespec.training.prompt_pool.followup`) asked after the target's own first answer."
-                 if second else "")
+    own, second = summary.get("self_prompts"), summary.get("followups")
+    parts = ((f"\n- Self prompts: {summary['self_prompt_answers']} of the answers (in `{own['dir']}`, "
+              f"{own['answer_tokens']} answer tokens) reply to user requests the target wrote itself after its chat "
+              "template's user-turn prefix (`treespec.training.self_prompts`, Magpie), screened against MT-Bench and "
+              "HumanEval." if own else "")
+             + (f"\n- Second turns: {summary['followup_answers']} of the answers (in `{second['dir']}`, "
+                f"{second['answer_tokens']} answer tokens) reply to a follow-up question "
+                "(`treespec.training.prompt_pool.followup`) asked after the target's own first answer."
+                if second else ""))
+    pool_answers = summary["answers"] - summary.get("followup_answers", 0) - summary.get("self_prompt_answers", 0)
     return f"""# {title} for {summary['target']}, trained by treespec
 
 {usage}
@@ -700,13 +799,13 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ## Data
 - Prompts: `treespec.training.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
-  sequence with MT-Bench or HumanEval. {summary['answers'] - summary.get('followup_answers', 0)} of them were answered.
+  sequence with MT-Bench or HumanEval. {pool_answers} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
   {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens, kept in the corpus
   `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards, {summary['corpus']['bytes'] / 1e6:.1f} MB;
   {summary['generation_seconds'] / 3600:.2f} h of generation in {', '.join(summary['corpus']['precision'])} on
   {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
-  at every answer position were recomputed from them by teacher forcing.{followups}
+  at every answer position were recomputed from them by teacher forcing.{parts}
 
 ## Architecture
 {architecture}
@@ -725,7 +824,7 @@ holds the exact configuration of this run).
 """
 
 
-STAGES = ("pool", "generate", "followups", "teacher", "vocab", "train", "export")
+STAGES = ("pool", "generate", "self_prompts", "followups", "teacher", "vocab", "train", "export")
 
 
 def run_stages(cfg: DictConfig) -> None:
@@ -738,6 +837,8 @@ def run_stages(cfg: DictConfig) -> None:
     prompts = stage_pool(cfg, run)
     if "generate" in cfg.stages:
         stage_generate(cfg, run, prompts)
+    if "self_prompts" in cfg.stages:
+        stage_self_prompts(cfg, run)
     if "followups" in cfg.stages:
         stage_followups(cfg, run, prompts)
     if not {"teacher", "vocab", "train", "export"} & set(cfg.stages):

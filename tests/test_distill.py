@@ -347,7 +347,51 @@ def test_followups_answer_each_first_turn_and_are_redone_when_it_changes(tmp_pat
     train_draft.stage_teacher(cfg, run, parts, pad)
     assert len(list((run / "teacher").glob("turn2.p*.top20.pt"))) == 3 and len(list((run / "teacher").glob("p*.pt"))) == 3
     data = train_draft.load_data(cfg, run, parts)
-    assert data["turn"] == [1] * 9 + [2] * 9 and data["pool_index"][:9] == data["pool_index"][9:]
+    assert data["part"] == [""] * 9 + ["turn2"] * 9 and data["pool_index"][:9] == data["pool_index"][9:]
     assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
     only_first = train_draft.corpus_parts(_config(tiny_target_dir, store, "followups.train=false"), run, tokenizer)
     assert [p.name for p in only_first] == [""]
+
+
+def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_target_dir, monkeypatch):
+    import train_draft
+
+    from treespec.data import encode_prompt
+    from treespec.training import self_prompts
+
+    tokenizer = load_tokenizer(tiny_target_dir)
+    requests = ["How do I keep basil alive on a windowsill?", "Thanks!", "What is a good name for a small bakery?"]
+
+    def written_by_the_target(model, prefix_ids, n, **kwargs):  # a random tiny model never closes its user turn
+        assert tokenizer.decode(prefix_ids) == self_prompts.query_prefix(tokenizer) and n == 3
+        return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in requests], [True] * 3
+
+    monkeypatch.setattr(self_prompts, "generate_queries", written_by_the_target)
+    store, run = tmp_path / "corpus", tmp_path / "run"
+    _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32", "generate.prompts=3")
+    cfg = _config(tiny_target_dir, store, "generate.dtype=float32", "self_prompts.count=6")
+    train_draft.stage_self_prompts(cfg, run)
+    manifest = json.loads((store / "self" / "manifest.json").read_text())
+    assert [e["file"] for e in manifest["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
+    assert manifest["pool"]["temperature"] == 1.0 and "MT-Bench" in manifest["pool"]["screen"]
+    weights = [m["weight"] for m in manifest["modes"]]
+    for entry in manifest["shards"]:
+        start = entry["prompts"]["start"]
+        assert entry["requests"] == {"written": 3, "kept": 2, "rejected": {"short": 1}} and entry["answers"] == 2
+        arrays = corpus.read_shard(store / "self" / entry["file"])
+        assert arrays["pool_index"].tolist() == [start, start + 2] and arrays["category"].tolist() == [0, 0]
+        for (ids, plen), index, mode in zip(corpus.records(arrays), arrays["pool_index"], arrays["mode"]):
+            assert ids[:plen].tolist() == encode_prompt(tokenizer, requests[int(index) - start])
+            assert mode == self_prompts.mode_for(int(index), weights, 0) and len(ids) > plen
+    train_draft.stage_self_prompts(cfg, run)  # all 6 requests written: nothing to add
+    assert json.loads((store / "self" / "manifest.json").read_text()) == manifest
+
+    pad = train_draft.special_ids(tokenizer)[1]
+    parts = train_draft.corpus_parts(cfg, run, tokenizer)
+    assert [p.name for p in parts] == ["", "self"]
+    train_draft.stage_teacher(cfg, run, parts, pad)
+    data = train_draft.load_data(cfg, run, parts)
+    assert data["part"] == [""] * 3 + ["self"] * 4 and data["category"][3:] == ["self"] * 4
+    assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
+    assert [p.name for p in train_draft.corpus_parts(_config(tiny_target_dir, store, "self_prompts.train=false"), run,
+                                                     tokenizer)] == [""]
