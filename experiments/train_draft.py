@@ -602,9 +602,16 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     return Trainee(head, forward, score if cfg.draft.eagle_unroll > 1 else None)
 
 
-def evaluate(trainee: Trainee, held_set: list) -> dict[str, float]:
+def evaluate(trainee: Trainee, held_set: list, parts: Optional[list[str]] = None) -> dict[str, float]:
+    """Held-out agreement; with `parts` (each example's corpus part, by example.index) from more than one part,
+    also each part's own, prefixed "<part>_" ("pool_" for the template pool's first turns)."""
+    score = trainee.score or (lambda chunk: trainee.forward(chunk)[1:])
     trainee.model.eval()
-    metrics = train.agreement(trainee.score or (lambda chunk: trainee.forward(chunk)[1:]), held_set)
+    metrics = train.agreement(score, held_set)
+    names = sorted({parts[e.index] for e in held_set}) if parts else []
+    for name in names if len(names) > 1 else []:
+        own = train.agreement(score, [e for e in held_set if parts[e.index] == name])
+        metrics.update({f"{name or 'pool'}_{key}": value for key, value in own.items()})
     trainee.model.train()
     return metrics
 
@@ -637,7 +644,7 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
 
     with open(run / "train_log.jsonl", "a") as log_file:
         if step == 0:
-            metrics = evaluate(trainee, held_set)
+            metrics = evaluate(trainee, held_set, data.get("part"))
             log_file.write(json.dumps({"step": 0, **metrics}) + "\n")
             log.info("step 0 held-out %s", metrics)
         bar = tqdm(total=total, initial=step, desc="train", unit="step")
@@ -664,7 +671,7 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
                 row = {"step": step, "epoch": epoch, "loss": round(loss.item(), 5), "lr": lr,
                        "seconds": round(time.perf_counter() - tick, 3)}
                 if step % t.eval_every == 0 or step == total:
-                    row.update(evaluate(trainee, held_set))
+                    row.update(evaluate(trainee, held_set, data.get("part")))
                     log.info("step %d held-out %s", step, {k: v for k, v in row.items() if "agree" in k or "top4" in k})
                 log_file.write(json.dumps(row) + "\n")
                 log_file.flush()
@@ -782,6 +789,9 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
     levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
               "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
               if deeper else "")
+    by_part = ", ".join(f"{name} {heldout[f'{name}_agree_top1']:.4f}" for name in ("pool", SELF, FOLLOWUPS)
+                        if f"{name}_agree_top1" in heldout)
+    by_part = f"\nBy corpus part, top-1 agreement: {by_part}." if by_part else ""
     own, second = summary.get("self_prompts"), summary.get("followups")
     parts = ((f"\n- Self prompts: {summary['self_prompt_answers']} of the answers (in `{own['dir']}`, "
               f"{own['answer_tokens']} answer tokens) reply to user requests the target wrote itself after its chat "
@@ -817,7 +827,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ({summary['train_seconds'] / 3600:.2f} h on {summary['train_machine']}, {summary['train_threads']} torch threads).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
-target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}
+target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}{by_part}
 
 Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
 holds the exact configuration of this run).

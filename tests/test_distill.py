@@ -144,13 +144,16 @@ def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
 def test_train_draft_with_followups_and_an_unknown_stage(tmp_path, tiny_target_dir):
     run = tmp_path / "run"
     result = _train_draft(run, tiny_target_dir, "stages=[pool,generate,followups,teacher,vocab,train,export]",
-                          "train.max_steps=2")
+                          "train.max_steps=2", "train.holdout_fraction=0.2")  # holds out pool prompt 0, both turns
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list((run / "teacher").glob("turn2.p*.pt"))) == 2
     summary = json.loads((run / "draft" / "training_summary.json").read_text())
     assert summary["answers"] == 12 and summary["followup_answers"] == 6 and summary["followups"]["shards"] == 2
     card = (run / "draft" / "README.md").read_text()
     assert "6 of them were answered" in card and "- Second turns: 6 of the answers" in card
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert {"pool_agree_top1", "turn2_agree_top1", "turn2_target_in_top4"} <= set(log[0]) <= set(log[-1])
+    assert "By corpus part, top-1 agreement: pool " in card and ", turn2 " in card
     result = _train_draft(run, tiny_target_dir, "stages=[pool,generat]")
     assert result.returncode != 0 and "unknown stages ['generat']" in result.stderr
 
