@@ -149,14 +149,16 @@ def test_plan_fills_gaps_first_and_never_crosses_an_answered_prompt():
 
 def test_the_committed_corpora_verify_and_stay_small():
     root = Path(__file__).parents[1] / "corpus"
-    manifests = sorted(root.glob("*/manifest.json"))
+    manifests = sorted(root.glob("*/manifest.json")) + sorted(root.glob("*/*/manifest.json"))  # corpora, their parts
     assert manifests, "the repository keeps its self-distillation corpus under corpus/<target>/"
+    parts = {path.parent for path in manifests}
     total = 0
     for path in manifests:
         manifest = corpus.read_manifest(path.parent)  # ConfigError when malformed
         for entry in manifest["shards"]:
             assert corpus.verify_entry(path.parent, entry) is None
         listed = {e["file"] for e in manifest["shards"]} | {corpus.MANIFEST}
+        listed |= {p.name for p in path.parent.iterdir() if p in parts}  # the self-prompt and second-turn parts
         assert {p.name for p in path.parent.iterdir()} == listed, "files in the corpus that its manifest does not list"
-        total += sum(p.stat().st_size for p in path.parent.iterdir())
+        total += sum(p.stat().st_size for p in path.parent.iterdir() if p.is_file())
     assert total < 25e6
