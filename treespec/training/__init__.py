@@ -6,6 +6,7 @@
     distill_data  generating answers, output vocabulary, target features and soft targets by teacher forcing
     draft_model   the plain causal-LM draft architecture (factorised embedding, reduced output vocabulary)
     train         losses, batching and initialisation for the plain draft and the EAGLE head
+    model_card    the trained draft's README.md, written from its training summary
 
 Importing this package is cheap; `experiments/train_draft.py` drives the stages.
 """

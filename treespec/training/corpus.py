@@ -18,6 +18,9 @@ trusted only when its entry's sha256 matches the file and the file decodes to th
 file without an entry (a run stopped between writing it and recording it), a temporary file (stopped while
 writing) or an entry whose file is missing or differs is dropped by `open_corpus(repair=True)`, and its
 prompts count as not answered, so the next run regenerates them. Shards are appended, never rewritten.
+A corpus may hold parts in subdirectories, each a corpus of the same format with its own manifest: `self/`
+(SELF: requests the target wrote itself, numbered from 0 in `pool_index`) and `turn2/` (FOLLOWUPS: second turns,
+shards named and indexed as the first turns they continue).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from treespec.models import file_sha256
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+# Parts of a corpus beyond the pool's first turns: subdirectories, each a corpus of its own (same format)
+SELF = "self"  # requests the target wrote itself (training/self_prompts.py), numbered 0, 1, ...
+FOLLOWUPS = "turn2"  # second turns after the target's own first answers; shards named as their first turns'
 SHARD_NAME = re.compile(r"^p(\d{6})-(\d{6})\.npz$")
 HEADER_KEYS = ("target", "target_files", "vocab_size", "id_dtype", "pool", "modes")
 # what must agree for a run to append to an existing corpus (the target's name may differ, e.g. a path to it)

@@ -50,8 +50,9 @@ def generate_queries(model: PreTrainedModel, prefix_ids: Sequence[int], n: int, 
     queries, ended = [], []
     for first in range(0, n, batch_size):
         rows = min(batch_size, n - first)
-        out = model.generate(input_ids=prefix.expand(rows, -1), attention_mask=torch.ones(rows, prefix.shape[1], dtype=torch.long),
-                             do_sample=True, temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_tokens,
+        out = model.generate(input_ids=prefix.expand(rows, -1),
+                             attention_mask=torch.ones(rows, prefix.shape[1], dtype=torch.long), do_sample=True,
+                             temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_tokens,
                              eos_token_id=eos_token_id, pad_token_id=pad_token_id)
         for row in out[:, prefix.shape[1]:].tolist():
             done = eos_token_id in row

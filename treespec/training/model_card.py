@@ -1,0 +1,113 @@
+"""The model card of a draft trained by experiments/train_draft.py, written from its training summary.
+
+`model_card(summary, draft)` -> the README.md text: how the draft was made (data, architecture, training,
+held-out agreement); measurements against the target are added by their own commands. `summary` is the
+run's training_summary.json (with its `config`), `draft` the exported model (its config gives the shapes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from treespec.training.corpus import FOLLOWUPS, SELF
+
+
+def model_card(summary: dict, draft: torch.nn.Module) -> str:
+    """The model card: how the draft was made (measurements against the target are added by their commands)."""
+    start = (f"Started from the trained draft `{summary['config']['draft']['init_from']}` (its own card gives that "
+             "run), then: " if summary["config"]["draft"].get("init_from") else "")
+    cfg, c = summary["config"], draft.config
+    heldout = summary["final_heldout"]
+    chosen = ("the start draft's" if cfg["draft"].get("init_from") else "the most frequent in the answers")
+    vocab = (f"an LM head over {summary['output_vocab']} tokens ({chosen}; they cover "
+             f"{100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's "
+             "output rows; logits elsewhere are -inf, so q is 0 outside that set")
+    if cfg["draft"]["kind"] == "eagle":
+        title = "EAGLE-style draft head"
+        layers, unroll = cfg["draft"].get("eagle_feature_layers") or [], cfg["draft"].get("eagle_unroll", 1)
+        reads = ("the target's last hidden state (Li et al. 2024)" if not layers else
+                 f"the target's hidden states after layers {layers}, fused (EAGLE-3's ingredients, Li et al. 2025)")
+        usage = (f"It reads {reads}: `EagleDraftModel`, `import treespec` "
+                 f"registers it. Pass it as the draft to `treespec.generate` with `{summary['target']}` as the target; "
+                 "it cannot decode on its own, so transformers' assisted generation cannot use it.")
+        feature = ("target's feature (last hidden state after its final norm)" if not layers else
+                   f"fused target feature: one projection ({len(layers)}x{c.hidden_size} -> {c.hidden_size}) of the target's "
+                   f"hidden states after layers {layers}, each through its final norm (EAGLE-3's low, mid and top features)")
+        architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
+                        f"{feature} and e the target's own token "
+                        "embedding (shared at run time, not stored), then one decoder layer ("
+                        + ("the start draft's" if cfg["draft"].get("init_from") else
+                           f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
+                           if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
+                        + (", then trained); its output estimates f_j.\n" if not layers else
+                           ", then trained); its output is the feature it reads one tree level down.\n")
+                        + f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
+        objective = ("Cross-entropy against the target's top-k distribution at every answer position"
+                     + (f" plus {cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
+                        "feature" if not layers else " (a loss on tokens only: no feature regression)")
+                     + f", with {cfg['draft']['feature_noise']} relative noise on input features"
+                     + (", averaged with the same loss one tree level down (the head reading its own output "
+                        "features, attending as a depth-2 node does)" if unroll == 2 else "")
+                     + (f", averaged with the same loss {unroll - 1} tree levels down (training-time test: the head "
+                        f"reading its own output features, attending as nodes 1..{unroll - 1} levels below the root do)"
+                        if unroll > 2 else ""))
+    else:
+        title = "Draft"
+        usage = (f"A {c.num_hidden_layers}-layer Llama-style causal LM (`TreespecDraftForCausalLM`, `import treespec` "
+                 "registers it): load it with `treespec.models.load_model(<this directory>)` or "
+                 "`AutoModelForCausalLM.from_pretrained(<this directory>)` after `import treespec`; any code that takes "
+                 "a causal-LM draft can use it (transformers' assisted generation included).")
+        architecture = (f"- Decoder layers copied from the target's layers {cfg['draft']['init_layers']} (width "
+                        f"{c.hidden_size}, {c.num_attention_heads} heads, {c.num_key_value_heads} KV heads, MLP "
+                        f"{c.intermediate_size}), then trained; the target's final norm.\n"
+                        f"- Input embedding: rank-{c.embed_rank} factorisation (SVD of the target's embedding, then "
+                        f"trained).\n- {vocab}.")
+        objective = ("Cross-entropy against the target's top-k distribution at every answer position (forward KL up "
+                     "to a constant)")
+    deeper = sorted(int(k.rpartition("level")[2]) for k in heldout if k.startswith("greedy_agree_top1_level"))
+    levels = ("\nGreedy answers, a node d-1 levels below the root (the path before it being the target's): top-1 "
+              "agreement " + ", ".join(f"d={d}: {heldout[f'greedy_agree_top1_level{d}']:.4f}" for d in deeper) + "."
+              if deeper else "")
+    by_part = ", ".join(f"{name} {heldout[f'{name}_agree_top1']:.4f}" for name in ("pool", SELF, FOLLOWUPS)
+                        if f"{name}_agree_top1" in heldout)
+    by_part = f"\nBy corpus part, top-1 agreement: {by_part}." if by_part else ""
+    own, second = summary.get("self_prompts"), summary.get("followups")
+    parts = ((f"\n- Self prompts: {summary['self_prompt_answers']} of the answers (in `{own['dir']}`, "
+              f"{own['answer_tokens']} answer tokens) reply to user requests the target wrote itself after its chat "
+              "template's user-turn prefix (`treespec.training.self_prompts`, Magpie), screened against MT-Bench and "
+              "HumanEval." if own else "")
+             + (f"\n- Second turns: {summary['followup_answers']} of the answers (in `{second['dir']}`, "
+                f"{second['answer_tokens']} answer tokens) reply to a follow-up question "
+                "(`treespec.training.prompt_pool.followup`) asked after the target's own first answer."
+                if second else ""))
+    pool_answers = summary["answers"] - summary.get("followup_answers", 0) - summary.get("self_prompt_answers", 0)
+    return f"""# {title} for {summary['target']}, trained by treespec
+
+{usage}
+
+## Data
+- Prompts: `treespec.training.prompt_pool.build_prompt_pool({cfg['pool']['size']}, seed={cfg['seed']})`: template prompts in
+  MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
+  sequence with MT-Bench or HumanEval. {pool_answers} of them were answered.
+- Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
+  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens, kept in the corpus
+  `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards, {summary['corpus']['bytes'] / 1e6:.1f} MB;
+  {summary['generation_seconds'] / 3600:.2f} h of generation in {', '.join(summary['corpus']['precision'])} on
+  {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
+  at every answer position were recomputed from them by teacher forcing.{parts}
+
+## Architecture
+{architecture}
+- {summary['parameters'] / 1e6:.2f}M parameters, stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
+
+## Training
+{start}{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
+{cfg['train']['tokens_per_batch']} tokens per batch, {summary['train_steps']} steps
+({summary['train_seconds'] / 3600:.2f} h on {summary['train_machine']}, {summary['train_threads']} torch threads).
+Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
+{heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
+target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}{by_part}
+
+Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
+holds the exact configuration of this run).
+"""
