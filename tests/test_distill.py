@@ -151,6 +151,7 @@ def test_train_draft_with_followups_and_an_unknown_stage(tmp_path, tiny_target_d
     assert summary["answers"] == 12 and summary["followup_answers"] == 6 and summary["followups"]["shards"] == 2
     card = (run / "draft" / "README.md").read_text()
     assert "6 of them were answered" in card and "- Second turns: 6 of the answers" in card
+    assert "answer tokens in all (the parts below included)" in card and "h of generation in all in" in card
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
     assert {"pool_agree_top1", "turn2_agree_top1", "turn2_target_in_top4"} <= set(log[0]) <= set(log[-1])
     assert "By corpus part, top-1 agreement: pool " in card and ", turn2 " in card

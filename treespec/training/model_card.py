@@ -80,6 +80,7 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                 f"{second['answer_tokens']} answer tokens) reply to a follow-up question "
                 "(`treespec.training.prompt_pool.followup`) asked after the target's own first answer."
                 if second else ""))
+    in_all = " in all (the parts below included)" if own or second else ""
     pool_answers = summary["answers"] - summary.get("followup_answers", 0) - summary.get("self_prompt_answers", 0)
     return f"""# {title} for {summary['target']}, trained by treespec
 
@@ -90,9 +91,9 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
   MT-Bench's categories plus everyday chat and HumanEval-style code completion, checked to share no 8-word
   sequence with MT-Bench or HumanEval. {pool_answers} of them were answered.
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
-  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens, kept in the corpus
-  `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards, {summary['corpus']['bytes'] / 1e6:.1f} MB;
-  {summary['generation_seconds'] / 3600:.2f} h of generation in {', '.join(summary['corpus']['precision'])} on
+  {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens{in_all}, kept in the corpus
+  `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards of pool prompts, {summary['corpus']['bytes'] / 1e6:.1f} MB;
+  {summary['generation_seconds'] / 3600:.2f} h of generation{' in all' if in_all else ''} in {', '.join(summary['corpus']['precision'])} on
   {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
   at every answer position were recomputed from them by teacher forcing.{parts}
 
