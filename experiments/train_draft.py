@@ -213,6 +213,18 @@ def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
     return directory, manifest
 
 
+def within_hours(shards, max_hours: Optional[float], name: str):
+    """The shards, until `max_hours` (None: no limit) have passed since the first began: none starts after that.
+    `name.format(*shard)` (or of the shard itself when it is a dict) names the first shard not started."""
+    begun = time.perf_counter()
+    for shard in shards:
+        if max_hours is not None and time.perf_counter() - begun > max_hours * 3600:
+            log.info("generate.max_hours=%s reached: stopping before %s", max_hours,
+                     name.format(shard) if isinstance(shard, dict) else name.format(*shard))
+            return
+        yield shard
+
+
 def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
     """Append shards to the corpus for the first `generate.prompts` pool prompts that no trusted shard answers."""
     g = cfg.generate
@@ -227,11 +239,7 @@ def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
         return
     target, generator, precision = generators(cfg)
     modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
-    begun = time.perf_counter()
-    for start, stop in tqdm(todo, desc="shards", unit="shard"):
-        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
-            log.info("generate.max_hours=%s reached: stopping before prompts %d..%d", g.max_hours, start, stop)
-            break
+    for start, stop in within_hours(tqdm(todo, desc="shards", unit="shard"), g.max_hours, "prompts {0}..{1}"):
         tick = time.perf_counter()
         rows = prompts[start:stop]
         encoded = [encode_prompt(tokenizer, r["text"]) for r in rows]
@@ -293,12 +301,9 @@ def stage_followups(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
     target, generator, precision = generators(cfg)
     names = [m["name"] for m in manifest["modes"]]
     modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
-    begun = time.perf_counter()
-    for first_entry in tqdm(todo, desc="follow-up shards", unit="shard"):
+    for first_entry in within_hours(tqdm(todo, desc="follow-up shards", unit="shard"), g.max_hours,
+                                    "the follow-ups of {0[file]}"):
         start, stop = first_entry["prompts"]["start"], first_entry["prompts"]["stop"]
-        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
-            log.info("generate.max_hours=%s reached: stopping before the follow-ups of %s", g.max_hours, first_entry["file"])
-            break
         tick = time.perf_counter()
         arrays = corpus.read_shard(first_dir / first_entry["file"])
         pairs, indices = corpus.records(arrays), [int(i) for i in arrays["pool_index"]]
@@ -352,11 +357,8 @@ def stage_self_prompts(cfg: DictConfig, run: Path) -> None:
     names = [m["name"] for m in manifest["modes"]]
     modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
     weights = [m["weight"] for m in manifest["modes"]]
-    begun = time.perf_counter()
-    for start, stop in tqdm(todo, desc="self-prompt shards", unit="shard"):
-        if g.max_hours is not None and time.perf_counter() - begun > g.max_hours * 3600:
-            log.info("generate.max_hours=%s reached: stopping before requests %d..%d", g.max_hours, start, stop)
-            break
+    for start, stop in within_hours(tqdm(todo, desc="self-prompt shards", unit="shard"), g.max_hours,
+                                    "requests {0}..{1}"):
         tick = time.perf_counter()
         queries, ended = self_prompts.generate_queries(
             generator, prefix, stop - start, temperature=s.temperature, max_tokens=s.max_query_tokens,

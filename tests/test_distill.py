@@ -399,3 +399,17 @@ def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_
     assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
     assert [p.name for p in train_draft.corpus_parts(_config(tiny_target_dir, store, "self_prompts.train=false"), run,
                                                      tokenizer)] == [""]
+
+
+def test_no_shard_starts_after_max_hours(caplog):
+    import logging
+
+    import train_draft
+
+    shards = [(0, 3), (3, 6)]
+    assert list(train_draft.within_hours(shards, None, "prompts {0}..{1}")) == shards
+    assert list(train_draft.within_hours(shards, 1.0, "prompts {0}..{1}")) == shards
+    with caplog.at_level(logging.INFO, logger="train_draft"):
+        assert list(train_draft.within_hours(shards, 0.0, "prompts {0}..{1}")) == []
+        assert list(train_draft.within_hours([{"file": "p.npz"}], 0.0, "the follow-ups of {0[file]}")) == []
+    assert "stopping before prompts 0..3" in caplog.text and "stopping before the follow-ups of p.npz" in caplog.text
