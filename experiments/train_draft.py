@@ -213,6 +213,18 @@ def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
     return directory, manifest
 
 
+def mode_table(manifest: dict) -> dict[str, tuple[int, float]]:
+    """A corpus's sampling modes by name: (index in the manifest, temperature)."""
+    return {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+
+
+def log_holdings(kind: str, directory: Path, manifest: dict, plan: str) -> None:
+    """One log line: what a corpus part holds, and what this run will add."""
+    totals = corpus.summary(manifest)
+    log.info("%s %s: %d answers, %d answer tokens in %d shards; %s", kind, directory, totals["answers"],
+             totals["answer_tokens"], totals["shards"], plan)
+
+
 def within_hours(shards, max_hours: Optional[float], name: str):
     """The shards, until `max_hours` (None: no limit) have passed since the first began: none starts after that.
     `name.format(*shard)` (or of the shard itself when it is a dict) names the first shard not started."""
@@ -232,13 +244,11 @@ def stage_generate(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
     directory, manifest = open_run_corpus(cfg, run, tokenizer)
     wanted = len(prompts) if g.prompts is None else min(g.prompts, len(prompts))
     todo = corpus.plan_shards(manifest, wanted, g.shard_prompts)[: g.max_shards]
-    totals = corpus.summary(manifest)
-    log.info("corpus %s: %d answers, %d answer tokens in %d shards; %d new shards to generate", directory,
-             totals["answers"], totals["answer_tokens"], totals["shards"], len(todo))
+    log_holdings("corpus", directory, manifest, f"{len(todo)} new shards to generate")
     if not todo:
         return
     target, generator, precision = generators(cfg)
-    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    modes = mode_table(manifest)
     for start, stop in within_hours(tqdm(todo, desc="shards", unit="shard"), g.max_hours, "prompts {0}..{1}"):
         tick = time.perf_counter()
         rows = prompts[start:stop]
@@ -293,14 +303,12 @@ def stage_followups(cfg: DictConfig, run: Path, prompts: list[dict]) -> None:
     directory, manifest = open_followups(cfg, run, tokenizer, first, create=True)
     done = {e["file"] for e in manifest["shards"]}
     todo = [e for e in sorted(first["shards"], key=lambda e: e["prompts"]["start"]) if e["file"] not in done][: g.max_shards]
-    totals = corpus.summary(manifest)
-    log.info("follow-ups %s: %d answers, %d answer tokens in %d shards; %d first-turn shards to follow up", directory,
-             totals["answers"], totals["answer_tokens"], totals["shards"], len(todo))
+    log_holdings("follow-ups", directory, manifest, f"{len(todo)} first-turn shards to follow up")
     if not todo:
         return
     target, generator, precision = generators(cfg)
     names = [m["name"] for m in manifest["modes"]]
-    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    modes = mode_table(manifest)
     for first_entry in within_hours(tqdm(todo, desc="follow-up shards", unit="shard"), g.max_hours,
                                     "the follow-ups of {0[file]}"):
         start, stop = first_entry["prompts"]["start"], first_entry["prompts"]["stop"]
@@ -345,9 +353,7 @@ def stage_self_prompts(cfg: DictConfig, run: Path) -> None:
     for problem in problems:
         log.warning("corpus %s: %s; dropped, its requests will be written again", directory, problem)
     todo = corpus.plan_shards(manifest, s.count, g.shard_prompts)[: g.max_shards]
-    totals = corpus.summary(manifest)
-    log.info("self prompts %s: %d answers, %d answer tokens in %d shards", directory, totals["answers"],
-             totals["answer_tokens"], totals["shards"])
+    log_holdings("self prompts", directory, manifest, f"{len(todo)} new shards to generate")
     if not todo:
         return
     target, generator, precision = generators(cfg)
@@ -355,7 +361,7 @@ def stage_self_prompts(cfg: DictConfig, run: Path) -> None:
     prefix = tokenizer(self_prompts.query_prefix(tokenizer), add_special_tokens=False)["input_ids"]
     references = evaluation_texts()
     names = [m["name"] for m in manifest["modes"]]
-    modes = {m["name"]: (index, m["temperature"]) for index, m in enumerate(manifest["modes"])}
+    modes = mode_table(manifest)
     weights = [m["weight"] for m in manifest["modes"]]
     for start, stop in within_hours(tqdm(todo, desc="self-prompt shards", unit="shard"), g.max_hours,
                                     "requests {0}..{1}"):
