@@ -6,6 +6,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+import treespec.attention  # noqa: F401  (registers treespec_sdpa, the default attention)
+
 # Tiny models gain nothing from intra-op threads, and thread hand-offs dominate their step time.
 torch.set_num_threads(1)
 
@@ -25,11 +27,11 @@ def _own_profile_cache(tmp_path_factory):
         os.environ["TREESPEC_PROFILES"] = previous
 
 ARCHS = ("llama", "qwen2", "gpt2")
-ATTNS = ("eager", "sdpa")
+ATTNS = ("eager", "sdpa", "treespec_sdpa")
 
 
 def tiny_model(arch: str = "llama", *, seed: int = 0, vocab: int = 64, layers: int = 2, hidden: int = 32,
-               attn: str = "sdpa", context: int = 256, sharpness: float = 30.0):
+               attn: str = "treespec_sdpa", context: int = 256, sharpness: float = 30.0):
     """A random fp32 model in eval mode. `sharpness` scales the output layer so that logits are peaked
     (random tiny models are otherwise nearly uniform, and float noise would decide argmax ties)."""
     torch.manual_seed(seed)

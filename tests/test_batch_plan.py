@@ -107,6 +107,9 @@ def test_auto_batch_profile_is_cached_by_models_and_batch_sizes(tmp_path, monkey
     other = tiny_model("llama", seed=2, layers=1)  # another draft: another key
     _, origin = auto_batch_profile(target, other, (1, 2), **options)
     assert origin.startswith("measured now")
+    target.set_attn_implementation("eager")  # another attention implementation: another key
+    _, origin = auto_batch_profile(target, draft, (1, 2), **options)
+    assert origin.startswith("measured now")
 
 
 def test_config_glue_plans_per_batch_and_refuses_without_a_profile(tmp_path):

@@ -53,7 +53,7 @@ def test_measured_once_then_cached(cache_dir, count_measurements):
     assert again.origin.startswith("measured now") and len(count_measurements) == 2 * measured
 
 
-@pytest.mark.parametrize("change", ["layout", "threads", "target weights", "draft", "dtype", "draft vocab"])
+@pytest.mark.parametrize("change", ["layout", "threads", "target weights", "draft", "dtype", "draft vocab", "attention"])
 def test_a_key_change_measures_again(cache_dir, count_measurements, change, monkeypatch):
     target, draft = pair()
     auto_profile(target, draft, **FAST)
@@ -68,6 +68,8 @@ def test_a_key_change_measures_again(cache_dir, count_measurements, change, monk
             next(target.parameters()).add_(1.0)
     elif change == "draft":
         draft = None
+    elif change == "attention":
+        target.set_attn_implementation("eager")
     elif change == "draft vocab":  # a draft scoring a vocabulary subset has cheaper levels: a profile of its own
         kwargs["draft_vocab"] = torch.arange(0, 40, 2)
     else:

@@ -34,7 +34,7 @@ from treespec.batch_latency import BatchLatencyProfile, measure_batch_latency
 from treespec.errors import ConfigError
 from treespec.hardware import describe_device, device_identity, model_fingerprint, profiles_dir, write_cache
 from treespec.latency import DRAFT_WIDTHS
-from treespec.models import dtype_name, linear_layout
+from treespec.models import attention_names, dtype_name, linear_layout
 from treespec.optimizer import level_widths
 from treespec.planner import Plan, StepCosts, plan_tree
 
@@ -141,7 +141,8 @@ def _read_batch_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
 def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, batch_sizes: Sequence[int],
                     sizes: Sequence[int], prefix_len: int) -> dict[str, Any]:
     """What a batch profile depends on: hardware=auto's key (device, torch, threads, models) with the dtype and
-    layout the models are in, and the batch sizes, tree sizes and prefix length measured."""
+    layout the models are in, their attention implementations, and the batch sizes, tree sizes and prefix length
+    measured."""
     device = next(target.parameters()).device
     return {"version": BATCH_PROFILE_VERSION, "kind": "batch", "device": device_identity(device),
             "torch": str(torch.__version__), "threads": torch.get_num_threads(),
@@ -149,7 +150,8 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
             "target_dtype": dtype_name(target), "target_layout": linear_layout(target),
             "draft_dtype": dtype_name(draft) if draft is not None else None,
             "draft_layout": linear_layout(draft) if draft is not None else None,
-            "prefix_len": int(prefix_len), "batch_sizes": sorted({int(b) for b in batch_sizes}),
+            "attention": attention_names(target, draft), "prefix_len": int(prefix_len),
+            "batch_sizes": sorted({int(b) for b in batch_sizes}),
             "sizes": sorted({int(n) for n in sizes} | {1})}
 
 

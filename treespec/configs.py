@@ -36,7 +36,7 @@ class ModelSpec:
     target: str = "smollm2-135m-instruct"
     draft: Optional[str] = "smollm2-135m-eagle"
     assistant: Optional[str] = None  # a causal-LM draft for transformers' assisted generation (default: draft)
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = "treespec_sdpa"
     acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
     acceptance_sampled: Optional[Any] = None  # the same under sampling
     acceptance_source: str = ""  # how the vectors were measured
@@ -247,7 +247,7 @@ def with_draft_vocab(pair: LoadedPair, size: Optional[int]) -> LoadedPair:
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
-              attn_implementation: str = "sdpa", layout: str = "standard") -> LoadedPair:
+              attn_implementation: str = "treespec_sdpa", layout: str = "standard") -> LoadedPair:
     """Target, optional draft and the target's tokenizer, checked to fit together. dtype "auto" loads fp32 (the
     choice is `resolve_hardware`'s); layout "auto" loads the standard layout (likewise)."""
     tokenizer = load_tokenizer(target)

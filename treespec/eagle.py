@@ -30,6 +30,7 @@ from transformers import AutoConfig, AutoModel, LlamaConfig, PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaPreTrainedModel, LlamaRotaryEmbedding
 
+from treespec import attention
 from treespec.cache import PreallocatedLayer, cache_length, commit
 from treespec.draft import StepOutcome
 from treespec.errors import ConfigError
@@ -91,7 +92,7 @@ class EagleDraftModel(LlamaPreTrainedModel):
         if not config.output_token_ids:
             raise ValueError("EagleDraftConfig.output_token_ids must list the draft's output tokens")
         if config._attn_implementation is None:
-            config._attn_implementation = "sdpa"
+            config._attn_implementation = attention.NAME
         hidden = config.hidden_size
         if config.feature_layers:
             self.fuse = nn.Linear(len(config.feature_layers) * hidden, hidden, bias=False)

@@ -7,8 +7,9 @@ the configuration whose draft levels are cheapest; the target the one with the b
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
 device's identity (CPU model and the ISA flags that matter, or the GPU's name), torch's version, the
-thread count, fingerprints of both models' weights, and the dtype and layout asked for. A later run with
-the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be read measures again.
+thread count, fingerprints of both models' weights, their attention implementations, and the dtype and layout
+asked for. A later run with the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be
+read measures again.
 Measuring is kept to about `max_seconds` (default 60): rounds stop early for slow models, and a model whose
 1-token pass takes over 0.1 s on a CPU is timed at fewer tree sizes.
 """
@@ -33,7 +34,8 @@ import yaml
 
 from treespec.errors import ConfigError
 from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
-from treespec.models import LAYOUTS, cache_root, dtype_name, linear_layout, set_linear_layout, to_dtype
+from treespec.models import (LAYOUTS, attention_names, cache_root, dtype_name, linear_layout, set_linear_layout,
+                             to_dtype)
 from treespec.planner import plan_tree
 
 PROFILE_VERSION = 3  # bump when what a profile measures changes: older cache entries are then remeasured
@@ -236,7 +238,8 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
-           "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len}
+           "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len,
+           "attention": attention_names(target, draft)}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     path = _cache_path(key)

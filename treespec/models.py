@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from treespec import attention
 from treespec import eagle as _eagle  # noqa: F401  (registers the EAGLE head)
 from treespec.errors import ConfigError, MissingAssetError
 from treespec.training import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
@@ -243,7 +244,7 @@ def load_model(
     *,
     dtype: torch.dtype | str = torch.float32,
     device: str | torch.device = "cpu",
-    attn_implementation: str | None = "sdpa",
+    attn_implementation: str | None = attention.NAME,
 ) -> PreTrainedModel:
     """A causal LM in eval mode on `device`, by built-in name, local path or cached hub id."""
     dtype = to_dtype(dtype)
@@ -259,6 +260,11 @@ def load_model(
     loader = AutoModel if config.model_type == _eagle.EagleDraftConfig.model_type else AutoModelForCausalLM
     model = _offline_from_pretrained(loader, name_or_path, **kwargs)
     return model.to(device).eval()
+
+
+def attention_names(*models: torch.nn.Module | None) -> list[str | None]:
+    """The attention implementation each model runs (`treespec_sdpa`, `sdpa`, `eager`, ...; None for no model)."""
+    return [getattr(m.config, "_attn_implementation", None) if m is not None else None for m in models]
 
 
 def _bad_dtype(dtype: str):
