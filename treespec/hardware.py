@@ -2,7 +2,9 @@
 
 On first use `auto_profile` measures, for the loaded pair on this device, every weight layout (standard,
 or linear weights stored transposed: `models.set_linear_layout`) and, with dtype "auto", fp32 and bf16
-(only on a GPU or a CPU with AMX / avx512_bf16), for the target and the draft separately. The draft keeps
+(only on a GPU or a CPU with AMX / avx512_bf16), for the target and the draft separately. Where the target's
+two layouts cross over (standard faster for small passes, transposed from some tree size on), the hybrid
+layout that holds both and switches at that size (`models.HybridLinear`) is measured too. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -34,10 +36,11 @@ import yaml
 
 from treespec.errors import ConfigError
 from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
-from treespec.models import (LAYOUTS, attention_names, cache_root, dtype_name, linear_layout, set_linear_layout,
-                             to_dtype)
+from treespec.models import (HYBRID, LAYOUTS, attention_names, cache_root, dtype_name, hybrid_layout,
+                             linear_layout, parse_layout, set_linear_layout, to_dtype)
 from treespec.planner import plan_tree
 
+HYBRID_TIE = 1.02  # a hybrid layout planning within 2% of the best (timing noise) is preferred
 PROFILE_VERSION = 3  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -159,8 +162,9 @@ def _read_cache(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
             return None
         LatencyProfile.from_dict(entry["profile"])
         choice = entry["choice"]
-        if choice["target_layout"] not in LAYOUTS or (choice.get("draft_layout") not in (None, *LAYOUTS)):
-            return None
+        parse_layout(choice["target_layout"])
+        if choice.get("draft_layout") is not None:
+            parse_layout(choice["draft_layout"])
         to_dtype(choice["target_dtype"])
         return entry
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, ConfigError):
@@ -198,6 +202,19 @@ def _one_pass_seconds(model: torch.nn.Module, prefix_len: int) -> float:
     return time.perf_counter() - start
 
 
+def transposed_from(standard_ms: dict[int, float], transposed_ms: dict[int, float]) -> int | None:
+    """The smallest measured tree size n >= 2 from which the transposed layout's pass was faster at every measured
+    size, when the standard one was faster at some smaller size: where a hybrid layout should switch (else None)."""
+    sizes = sorted(set(standard_ms) & set(transposed_ms))
+    faster = [transposed_ms[n] < standard_ms[n] for n in sizes]
+    start = len(sizes)
+    while start > 0 and faster[start - 1]:
+        start -= 1
+    if start >= len(sizes) or start == 0 or sizes[start] < 2:
+        return None
+    return sizes[start]
+
+
 def _plan_ms_per_token(profile: LatencyProfile, acceptance) -> float:
     """Predicted ms per generated token with the best tree for `acceptance` (1-token pass without one)."""
     if acceptance is None:
@@ -225,10 +242,11 @@ def auto_profile(
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
     dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
-    it is fast); `layout`: "standard", "transposed" or "auto" (both, on a CPU; GPUs use standard); `draft_vocab`
+    it is fast); `layout`: "standard", "transposed", "hybrid:<rows>" or "auto" (both plain layouts on a CPU, and
+    for the target their hybrid where they cross over; GPUs use standard); `draft_vocab`
     [S]: the draft's levels are timed scoring only those token ids (`treespec.vocab`), a profile of its own."""
-    if layout not in (*LAYOUTS, "auto"):
-        raise ConfigError(f"layout must be one of {(*LAYOUTS, 'auto')}, got '{layout}'")
+    if layout != "auto":
+        parse_layout(layout)
     device = next(target.parameters()).device
     identity = device_identity(device)
     if dtype == "auto":
@@ -253,6 +271,7 @@ def auto_profile(
                                         entry.get("candidates", []))
     start = time.perf_counter()
     configurations = len(dtypes) * len(layouts)
+    hybrids = len(dtypes) if len(layouts) > 1 else 0  # a hybrid per dtype where the two layouts cross over
     if sizes is None:
         sizes = GPU_SIZES if device.type == "cuda" else CPU_SIZES
         if device.type != "cuda" and _one_pass_seconds(target, prefix_len) > SLOW_PASS_S:
@@ -260,7 +279,7 @@ def auto_profile(
     sizes = tuple(sizes)
     common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
-    total = configurations * (2 if draft is not None else 1) + 1
+    total = configurations * (2 if draft is not None else 1) + hybrids + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -282,15 +301,34 @@ def auto_profile(
             tick(f"draft {d_dtype} {d_layout}")
         draft = configure(draft, draft_choice[1], draft_choice[2])
     best: tuple[float, str, str, LatencyProfile] | None = None
-    for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
+    plain: dict[str, LatencyProfile] = {}
+
+    def measure_target(t_dtype: str, t_layout: str, variant: torch.nn.Module) -> LatencyProfile:
+        nonlocal best
         measured = measure_latency(variant, draft, sizes=sizes, draft_widths=DRAFT_WIDTHS if draft is not None else (),
                                    **common)
         score = _plan_ms_per_token(measured, acceptance)
         candidates.append({"role": "target", "dtype": t_dtype, "layout": t_layout, "ms_per_token": round(score, 3),
                            "target_ms": {n: round(v, 3) for n, v in measured.target_ms.items()}})
-        if best is None or score < best[0]:
+        # a hybrid runs the standard layout's kernels below its threshold and the transposed one's where those were
+        # faster at every size measured: it is kept unless it planned measurably slower than the best so far (it
+        # then serves larger passes, e.g. batches of trees, faster, for twice the linear weights' memory)
+        margin = HYBRID_TIE if t_layout.startswith(HYBRID) else 1.0
+        if best is None or score < best[0] * margin:
             best = (score, t_dtype, t_layout, measured)
         tick(f"target {t_dtype} {t_layout}")
+        return measured
+
+    for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
+        plain[t_layout] = measure_target(t_dtype, t_layout, variant)
+        if hybrids and len(plain) == len(layouts):  # both layouts of this dtype measured: try their crossover
+            rows = transposed_from(plain["standard"].target_ms, plain["transposed"].target_ms)
+            if rows is not None:
+                hybrid = hybrid_layout(rows)
+                measure_target(t_dtype, hybrid, set_linear_layout(variant, hybrid))
+            else:
+                tick(f"target {t_dtype}: no crossover between the layouts")
+            plain = {}
     _, t_dtype, t_layout, profile = best
     target = configure(target, t_dtype, t_layout)
     overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, draft_vocab=draft_vocab)
@@ -326,12 +364,13 @@ def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], ta
 def named_profile(target: torch.nn.Module, draft: torch.nn.Module | None, profile: LatencyProfile | None, name: str,
                   *, layout: str = "auto") -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """A profile given by name (conf/hardware/<name>.yaml) or none: nothing is measured. With layout "auto" the
-    models take the layout the profile was measured with (standard when it does not say)."""
-    if layout == "auto":
-        layout = (profile.settings.get("layout") if profile is not None else None) or "standard"
-    for model in (target, draft):
-        if model is not None:
-            set_linear_layout(model, layout)
+    models take the layouts the profile was measured with (standard when it does not say)."""
+    settings = profile.settings if profile is not None else {}
+    target_layout = settings.get("layout") or "standard" if layout == "auto" else layout
+    draft_layout = settings.get("draft_layout") or target_layout if layout == "auto" else layout
+    set_linear_layout(target, target_layout)
+    if draft is not None:
+        set_linear_layout(draft, draft_layout)
     device = next(target.parameters()).device
     if profile is None:
         origin = "none (no profile: trees need an explicit budget and depth)"

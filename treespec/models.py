@@ -312,17 +312,66 @@ def transpose_linear_storage(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-LAYOUTS = ("standard", "transposed")
+LAYOUTS = ("standard", "transposed")  # the plain layouts; "hybrid:<rows>" holds both (`HybridLinear`)
+HYBRID = "hybrid"
+
+
+class HybridLinear(torch.nn.Linear):
+    """An nn.Linear holding its weight in both layouts: the standard [out, in] (the parameter) and a transposed
+    copy (`weight_t`, a contiguous [in, out] buffer). Inputs of at least `transposed_from` rows (tokens times
+    batch rows) multiply by the copy, smaller ones by the parameter: MKL's GEMM kernels change with the row count,
+    and on some CPUs the standard storage is faster for the 1-3 rows of autoregressive and small-tree passes while
+    the transposed one is faster from 4 rows on. `hardware.auto_profile` picks the threshold from measured passes."""
+
+    weight_t: torch.Tensor
+    transposed_from: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(x.shape[-1], 1)
+        weight = self.weight_t.t() if rows >= self.transposed_from else self.weight
+        return torch.nn.functional.linear(x, weight, self.bias)
+
+
+def hybrid_layout(transposed_from: int) -> str:
+    """The layout name of weights held in both layouts, transposed from `transposed_from` rows on: 'hybrid:4'."""
+    return f"{HYBRID}:{int(transposed_from)}"
+
+
+def parse_layout(layout: str) -> tuple[str, int | None]:
+    """'standard' / 'transposed' -> (name, None); 'hybrid:<rows>' -> ('hybrid', rows); anything else: ConfigError."""
+    if layout in LAYOUTS:
+        return layout, None
+    name, _, rows = str(layout).partition(":")
+    if name == HYBRID and rows.isdigit() and int(rows) >= 2:
+        return HYBRID, int(rows)
+    raise ConfigError(f"layout must be one of {LAYOUTS} or '{HYBRID}:<rows>' (rows >= 2), got '{layout}'")
 
 
 def _linears(model: torch.nn.Module):
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def _make_hybrid(module: torch.nn.Linear, transposed_from: int) -> None:
+    if not isinstance(module, HybridLinear):
+        module.weight.data = module.weight.data.contiguous()
+        module.register_buffer("weight_t", module.weight.data.t().contiguous(), persistent=False)
+        module.__class__ = HybridLinear
+    module.transposed_from = transposed_from
+
+
+def _make_plain(module: torch.nn.Linear) -> None:
+    if isinstance(module, HybridLinear):
+        del module.weight_t, module.transposed_from
+        module.__class__ = torch.nn.Linear
+
+
 def linear_layout(model: torch.nn.Module) -> str:
     """'transposed' when the model's linear weights are stored transposed (see `transpose_linear_storage`),
-    else 'standard'."""
+    'hybrid:<rows>' when they are held in both layouts (`HybridLinear`), else 'standard'."""
     linears = _linears(model)
+    thresholds = {getattr(m, "transposed_from", None) for m in linears}
+    if linears and all(isinstance(m, HybridLinear) for m in linears) and len(thresholds) == 1:
+        return hybrid_layout(thresholds.pop())
     if linears and all(m.weight.dim() == 2 and m.weight.t().is_contiguous() and not m.weight.is_contiguous()
                        for m in linears):
         return "transposed"
@@ -331,9 +380,15 @@ def linear_layout(model: torch.nn.Module) -> str:
 
 def set_linear_layout(model: torch.nn.Module, layout: str) -> torch.nn.Module:
     """Store every nn.Linear weight in `layout` ('standard' = contiguous [out, in], 'transposed' = the transpose
-    of a contiguous [in, out]); values unchanged. Which one is faster depends on the CPU's GEMM kernels: measure."""
-    if layout not in LAYOUTS:
-        raise ConfigError(f"layout must be one of {LAYOUTS}, got '{layout}'")
+    of a contiguous [in, out], 'hybrid:<rows>' = both, the transposed one serving inputs of at least <rows> rows);
+    values unchanged. Which one is faster depends on the CPU's GEMM kernels: measure."""
+    name, transposed_from = parse_layout(layout)
+    if name == HYBRID:
+        for module in _linears(model):
+            _make_hybrid(module, transposed_from)
+        return model
+    for module in _linears(model):
+        _make_plain(module)
     if layout == "transposed":
         return transpose_linear_storage(model)
     for module in _linears(model):
