@@ -10,7 +10,7 @@ from treespec import hardware
 from treespec.errors import ConfigError
 from treespec.hardware import auto_profile, device_identity, model_fingerprint
 from treespec.latency import LatencyProfile
-from treespec.models import HybridLinear, linear_layout, set_linear_layout
+from treespec.layouts import HybridLinear, linear_layout, set_linear_layout
 
 FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
 
@@ -39,7 +39,8 @@ def pair():
 
 
 def test_measured_once_then_cached(cache_dir, count_measurements, monkeypatch):
-    monkeypatch.setattr(hardware, "transposed_from", lambda standard, transposed: None)  # no hybrid (timing noise)
+    monkeypatch.setattr(hardware, "crossover", lambda standard, other: None)  # no hybrid (timing noise)
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)  # no packed layouts
     target, draft = pair()
     _, _, first = auto_profile(target, draft, **FAST)
     measured = len(count_measurements)
@@ -120,20 +121,20 @@ def test_fingerprints_follow_the_weights_not_their_layout():
     assert model_fingerprint(tiny_model("llama", seed=1)) != before
 
 
-def test_transposed_from_is_where_the_transposed_layout_stays_faster():
+def test_crossover_is_where_the_other_layout_stays_faster():
     standard = {1: 10.0, 2: 11.0, 3: 12.0, 4: 16.0, 8: 20.0, 16: 30.0}
-    assert hardware.transposed_from(standard, {1: 10.5, 2: 12.0, 3: 12.5, 4: 14.0, 8: 19.0, 16: 28.0}) == 4
-    assert hardware.transposed_from(standard, {1: 9.0, 2: 12.0, 3: 11.0, 4: 14.0, 8: 19.0, 16: 28.0}) == 3  # a dip at 1
-    assert hardware.transposed_from(standard, {n: v - 1 for n, v in standard.items()}) is None  # faster everywhere
-    assert hardware.transposed_from(standard, {n: v + 1 for n, v in standard.items()}) is None  # slower everywhere
-    assert hardware.transposed_from(standard, {1: 11.0, 2: 10.0, 3: 13.0, 4: 17.0, 8: 19.0, 16: 31.0}) is None
+    assert hardware.crossover(standard, {1: 10.5, 2: 12.0, 3: 12.5, 4: 14.0, 8: 19.0, 16: 28.0}) == 4
+    assert hardware.crossover(standard, {1: 9.0, 2: 12.0, 3: 11.0, 4: 14.0, 8: 19.0, 16: 28.0}) == 3  # a dip at 1
+    assert hardware.crossover(standard, {n: v - 1 for n, v in standard.items()}) is None  # faster everywhere
+    assert hardware.crossover(standard, {n: v + 1 for n, v in standard.items()}) is None  # slower everywhere
+    assert hardware.crossover(standard, {1: 11.0, 2: 10.0, 3: 13.0, 4: 17.0, 8: 19.0, 16: 31.0}) is None
 
 
 @pytest.mark.parametrize("hybrid_ms", [{1: 10.0, 2: 11.0, 4: 14.0, 8: 24.0},   # the fastest
                                        {1: 10.1, 2: 11.1, 4: 15.1, 8: 25.2}])  # a little slower: noise
 def test_the_hybrid_layout_is_measured_where_the_layouts_cross_and_kept(cache_dir, monkeypatch, hybrid_ms):
     """Passes faked per layout: standard is faster at 1-2 tokens, transposed from 4; the hybrid that switches at 4
-    is measured as a third candidate and kept (planning faster, or within HYBRID_TIE of the best), and comes back
+    is measured as a third candidate and kept (planning faster, or within TWO_COPY_TIE of the best), and comes back
     from the cache in the same layout."""
     fake = {"standard": {1: 10.0, 2: 11.0, 4: 20.0, 8: 30.0}, "transposed": {1: 20.0, 2: 22.0, 4: 15.0, 8: 25.0},
             "hybrid:4": hybrid_ms}
@@ -143,43 +144,20 @@ def test_the_hybrid_layout_is_measured_where_the_layouts_cross_and_kept(cache_di
         return LatencyProfile(fake[layout], 1.0, {"layout": layout}, {w: 1.0 for w in draft_widths})
 
     monkeypatch.setattr(hardware, "measure_latency", measure)
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)  # the packed layouts: test_layouts
     target, draft = pair()
     accept = [0.9, 0.05]  # deep chains pay: the 4- and 8-token passes decide
     target, draft, resolved = auto_profile(target, draft, acceptance=accept, **FAST)
     scores = {c["layout"]: c["ms_per_token"] for c in resolved.candidates if c["role"] == "target"}
     assert list(scores) == ["standard", "transposed", "hybrid:4"]
     assert resolved.target_layout == linear_layout(target) == "hybrid:4" and resolved.profile.target_ms == hybrid_ms
-    assert scores["hybrid:4"] <= hardware.HYBRID_TIE * min(scores.values())
+    assert scores["hybrid:4"] <= hardware.TWO_COPY_TIE * min(scores.values())
     assert (scores["hybrid:4"] == min(scores.values())) == (hybrid_ms[8] < 25.0)  # the second case: kept on the tie
     assert all(isinstance(m, HybridLinear) and m.transposed_from == 4 for m in target.modules()
                if isinstance(m, torch.nn.Linear))
     set_linear_layout(target, "standard")
     target, _, cached = auto_profile(target, draft, acceptance=accept, **FAST)
     assert cached.origin.startswith("cached from") and linear_layout(target) == "hybrid:4"
-
-
-def test_hybrid_linear_uses_the_transposed_copy_from_its_threshold(monkeypatch):
-    model = tiny_model("llama", seed=0)
-    ids = torch.tensor([[1, 5, 9, 3, 7]])
-    with torch.no_grad():
-        reference = [model(ids[:, :n]).logits for n in (1, 3, 5)]
-        set_linear_layout(model, "hybrid:3")
-        head = model.get_output_embeddings()
-        assert isinstance(head, HybridLinear) and head.weight.is_contiguous() and head.weight_t.is_contiguous()
-        assert torch.equal(head.weight_t.t(), head.weight) and "weight_t" not in model.state_dict()
-        used = []
-        original = torch.nn.functional.linear
-        monkeypatch.setattr(torch.nn.functional, "linear",
-                            lambda x, w, b=None: used.append(w.is_contiguous()) or original(x, w, b))
-        for n, expected in zip((1, 3, 5), reference):
-            used.clear()
-            torch.testing.assert_close(model(ids[:, :n]).logits, expected, atol=1e-5, rtol=1e-5)
-            assert used and set(used) == {n < 3}  # the standard (contiguous) weights below 3 rows, then the copy
-    set_linear_layout(model, "standard")
-    assert linear_layout(model) == "standard" and not any(isinstance(m, HybridLinear) for m in model.modules())
-    for bad in ("hybrid", "hybrid:1", "hybrid:x", "diagonal"):
-        with pytest.raises(ConfigError, match="layout"):
-            set_linear_layout(model, bad)
 
 
 def test_layouts_keep_the_values():

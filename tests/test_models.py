@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from treespec import models
+from treespec import layouts, models
 from treespec.errors import ConfigError, MissingAssetError
 
 
@@ -99,7 +99,7 @@ def test_transposed_linear_storage_keeps_the_values():
     x = torch.tensor([[3, 1, 4, 1, 5]])
     with torch.no_grad():
         before = model(x).logits
-        models.transpose_linear_storage(model)
+        layouts.transpose_linear_storage(model)
         after = model(x).logits
     weight = model.get_output_embeddings().weight
     assert not weight.is_contiguous() and weight.t().is_contiguous()

@@ -109,7 +109,7 @@ def test_first_two_tokens_follow_the_target_with_a_subset(pair, children):
 
 
 def test_subset_head_keeps_the_transposed_layout():
-    from treespec.models import transpose_linear_storage
+    from treespec.layouts import transpose_linear_storage
 
     draft = transpose_linear_storage(tiny_model("llama", seed=1, layers=1))
     vocab = torch.tensor([1, 5, 9, 33])

@@ -34,7 +34,8 @@ from treespec.batch_latency import BatchLatencyProfile, measure_batch_latency
 from treespec.errors import ConfigError
 from treespec.hardware import describe_device, device_identity, model_fingerprint, profiles_dir, write_cache
 from treespec.latency import DRAFT_WIDTHS
-from treespec.models import attention_names, dtype_name, linear_layout
+from treespec.layouts import linear_layout
+from treespec.models import attention_names, dtype_name
 from treespec.optimizer import level_widths
 from treespec.planner import Plan, StepCosts, plan_tree
 

@@ -18,7 +18,8 @@ from treespec.data import Prompt, encode_prompt, load_prompts
 from treespec.errors import ConfigError, TreespecError
 from treespec.hardware import Progress, ResolvedHardware, auto_profile, named_profile
 from treespec.latency import LatencyProfile
-from treespec.models import check_pair, load_model, load_tokenizer, set_linear_layout
+from treespec.layouts import set_linear_layout
+from treespec.models import check_pair, load_model, load_tokenizer
 from treespec.optimizer import expected_tokens, sequoia_tree
 from treespec.planner import plan_tree
 from treespec.policies import CHILDREN_MODES, Adaptive, Dynamic, Static, TreePolicy

@@ -107,7 +107,7 @@ class ModelDrafter:
         self.vocab_size = size
         with torch.no_grad():
             weight = head.weight[self.vocab]  # [S, H]
-            # keep the head's memory layout (models.transpose_linear_storage stores [H, S] for small-M GEMMs)
+            # keep the head's memory layout (layouts.transpose_linear_storage stores [H, S] for small-M GEMMs)
             self._weight = weight.contiguous() if head.weight.is_contiguous() else weight.t().contiguous().t()
             self._bias = head.bias[self.vocab].contiguous() if head.bias is not None else None  # [S]
 

@@ -22,7 +22,7 @@ dequantizing). A `qwen2` GGUF takes the legacy loader, `modeling_gguf_pytorch_ut
 which dequantizes every tensor with gguf-py's numpy code at every load into ordinary dense weights. The
 result is the same dense model either way, so treespec caches it: later loads read safetensors instead of
 re-unpacking 1.1 GB of Q4_K blocks in numpy, and the weights are plain `nn.Linear`s that MKL/oneDNN GEMMs
-(bf16 on AMX) and `models.transpose_linear_storage` work on. Unpacking per forward would pay a full
+(bf16 on AMX) and `layouts.transpose_linear_storage` work on. Unpacking per forward would pay a full
 dequantization of every layer on each target pass and each draft level.
 """
 

@@ -1,10 +1,12 @@
 """Profiles measured where treespec runs: `hardware=auto`, cached by everything a timing depends on.
 
 On first use `auto_profile` measures, for the loaded pair on this device, every weight layout (standard,
-or linear weights stored transposed: `models.set_linear_layout`) and, with dtype "auto", fp32 and bf16
+or linear weights stored transposed: `treespec.layouts`) and, with dtype "auto", fp32 and bf16
 (only on a GPU or a CPU with AMX / avx512_bf16), for the target and the draft separately. Where the target's
 two layouts cross over (standard faster for small passes, transposed from some tree size on), the hybrid
-layout that holds both and switches at that size (`models.HybridLinear`) is measured too. The draft keeps
+layout that holds both and switches at that size (`layouts.HybridLinear`) is measured too; in fp32 with MKL,
+so are MKL-packed weights (`layouts.PackedLinear`) for every pass and from their crossover with the standard
+layout, when their padded copies fit in half the memory available. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -36,11 +38,21 @@ import yaml
 
 from treespec.errors import ConfigError
 from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
-from treespec.models import (HYBRID, LAYOUTS, attention_names, cache_root, dtype_name, hybrid_layout,
-                             linear_layout, parse_layout, set_linear_layout, to_dtype)
+from treespec.layouts import (
+    HYBRID,
+    LAYOUTS,
+    PACKED,
+    extra_bytes,
+    layout_name,
+    linear_layout,
+    packing_available,
+    parse_layout,
+    set_linear_layout,
+)
+from treespec.models import attention_names, cache_root, dtype_name, to_dtype
 from treespec.planner import plan_tree
 
-HYBRID_TIE = 1.02  # a hybrid layout planning within 2% of the best (timing noise) is preferred
+TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
 PROFILE_VERSION = 3  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -183,7 +195,10 @@ def write_cache(path: Path, entry: dict[str, Any]) -> None:
 def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[str]):
     """Yield (dtype, layout, model) for every configuration; the fp32 original is reused, others are copies."""
     for dtype in dtypes:
-        base = model if dtype_name(model) == dtype else copy.deepcopy(model).to(to_dtype(dtype))
+        if dtype_name(model) == dtype:
+            base = model
+        else:  # a packed copy cannot be deep-copied or converted: copy the plain weights
+            base = copy.deepcopy(set_linear_layout(model, "standard")).to(to_dtype(dtype))
         for layout in layouts:
             set_linear_layout(base, layout)
             yield dtype, layout, base
@@ -202,17 +217,46 @@ def _one_pass_seconds(model: torch.nn.Module, prefix_len: int) -> float:
     return time.perf_counter() - start
 
 
-def transposed_from(standard_ms: dict[int, float], transposed_ms: dict[int, float]) -> int | None:
-    """The smallest measured tree size n >= 2 from which the transposed layout's pass was faster at every measured
-    size, when the standard one was faster at some smaller size: where a hybrid layout should switch (else None)."""
-    sizes = sorted(set(standard_ms) & set(transposed_ms))
-    faster = [transposed_ms[n] < standard_ms[n] for n in sizes]
+def crossover(standard_ms: dict[int, float], other_ms: dict[int, float]) -> int | None:
+    """The smallest measured tree size n >= 2 from which the other layout's pass was faster at every measured
+    size, when the standard one was faster at some smaller size: where a two-copy layout (hybrid: standard and
+    transposed; packed: standard and MKL-packed) should switch (else None)."""
+    sizes = sorted(set(standard_ms) & set(other_ms))
+    faster = [other_ms[n] < standard_ms[n] for n in sizes]
     start = len(sizes)
     while start > 0 and faster[start - 1]:
         start -= 1
     if start >= len(sizes) or start == 0 or sizes[start] < 2:
         return None
     return sizes[start]
+
+
+def faster_window(standard_ms: dict[int, float], other_ms: dict[int, float]) -> tuple[int, int | None] | None:
+    """The longest run of consecutive measured tree sizes at which the other layout's pass was faster, as (first
+    size, last size or None when the run reaches the largest size measured); None when it was faster nowhere."""
+    sizes = sorted(set(standard_ms) & set(other_ms))
+    best, run = None, []
+    for n in sizes + [None]:
+        if n is not None and other_ms[n] < standard_ms[n]:
+            run.append(n)
+            continue
+        if run and (best is None or len(run) > len(best)):
+            best = run
+        run = []
+    if best is None:
+        return None
+    return best[0], None if best[-1] == sizes[-1] else best[-1]
+
+
+def _memory_budget() -> int | None:
+    """Half the memory this machine has available now (bytes), or None where /proc/meminfo cannot say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return None
 
 
 def _plan_ms_per_token(profile: LatencyProfile, acceptance) -> float:
@@ -242,8 +286,9 @@ def auto_profile(
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
     dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
-    it is fast); `layout`: "standard", "transposed", "hybrid:<rows>" or "auto" (both plain layouts on a CPU, and
-    for the target their hybrid where they cross over; GPUs use standard); `draft_vocab`
+    it is fast); `layout`: "standard", "transposed", "hybrid:<rows>", "packed:<rows>" or "auto" (both plain layouts
+    on a CPU; for the target also their hybrid where they cross over and, in fp32 with MKL, the packed layouts;
+    GPUs use standard); `draft_vocab`
     [S]: the draft's levels are timed scoring only those token ids (`treespec.vocab`), a profile of its own."""
     if layout != "auto":
         parse_layout(layout)
@@ -271,7 +316,8 @@ def auto_profile(
                                         entry.get("candidates", []))
     start = time.perf_counter()
     configurations = len(dtypes) * len(layouts)
-    hybrids = len(dtypes) if len(layouts) > 1 else 0  # a hybrid per dtype where the two layouts cross over
+    two_copy = len(layouts) > 1  # auto on a CPU: per dtype a hybrid, and in fp32 packed:1 and packed:<crossover>
+    extras = (len(dtypes) + 2 * ("float32" in dtypes and packing_available())) if two_copy else 0
     if sizes is None:
         sizes = GPU_SIZES if device.type == "cuda" else CPU_SIZES
         if device.type != "cuda" and _one_pass_seconds(target, prefix_len) > SLOW_PASS_S:
@@ -279,7 +325,7 @@ def auto_profile(
     sizes = tuple(sizes)
     common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
-    total = configurations * (2 if draft is not None else 1) + hybrids + 1
+    total = configurations * (2 if draft is not None else 1) + extras + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -300,42 +346,62 @@ def auto_profile(
                 draft_choice = (score, d_dtype, d_layout)
             tick(f"draft {d_dtype} {d_layout}")
         draft = configure(draft, draft_choice[1], draft_choice[2])
-    best: tuple[float, str, str, LatencyProfile] | None = None
+    scored: list[tuple[float, str, str, LatencyProfile]] = []  # (ms per token, dtype, layout, profile)
     plain: dict[str, LatencyProfile] = {}
 
     def measure_target(t_dtype: str, t_layout: str, variant: torch.nn.Module) -> LatencyProfile:
-        nonlocal best
         measured = measure_latency(variant, draft, sizes=sizes, draft_widths=DRAFT_WIDTHS if draft is not None else (),
                                    **common)
         score = _plan_ms_per_token(measured, acceptance)
         candidates.append({"role": "target", "dtype": t_dtype, "layout": t_layout, "ms_per_token": round(score, 3),
                            "target_ms": {n: round(v, 3) for n, v in measured.target_ms.items()}})
-        # a hybrid runs the standard layout's kernels below its threshold and the transposed one's where those were
-        # faster at every size measured: it is kept unless it planned measurably slower than the best so far (it
-        # then serves larger passes, e.g. batches of trees, faster, for twice the linear weights' memory)
-        margin = HYBRID_TIE if t_layout.startswith(HYBRID) else 1.0
-        if best is None or score < best[0] * margin:
-            best = (score, t_dtype, t_layout, measured)
+        scored.append((score, t_dtype, t_layout, measured))
         tick(f"target {t_dtype} {t_layout}")
         return measured
 
+    def measure_switched(t_dtype: str, kind: str, other: LatencyProfile, variant: torch.nn.Module) -> None:
+        """The two-copy layout that uses `other`'s copy where it was faster than the standard layout: from the
+        crossover on (hybrid), or over the window of sizes where packed weights were faster (packed)."""
+        if kind == HYBRID:
+            rows = crossover(plain["standard"].target_ms, other.target_ms)
+            window = None if rows is None else (rows, None)
+        else:
+            window = faster_window(plain["standard"].target_ms, other.target_ms)
+            if window == (1, None):
+                window = None  # packed:1, measured already
+        if window is None:
+            tick(f"target {t_dtype}: no crossover between standard and {kind}")
+        else:
+            name = layout_name(kind, *window)
+            measure_target(t_dtype, name, set_linear_layout(variant, name))
+
     for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
         plain[t_layout] = measure_target(t_dtype, t_layout, variant)
-        if hybrids and len(plain) == len(layouts):  # both layouts of this dtype measured: try their crossover
-            rows = transposed_from(plain["standard"].target_ms, plain["transposed"].target_ms)
-            if rows is not None:
-                hybrid = hybrid_layout(rows)
-                measure_target(t_dtype, hybrid, set_linear_layout(variant, hybrid))
-            else:
-                tick(f"target {t_dtype}: no crossover between the layouts")
+        if two_copy and len(plain) == len(layouts):  # both plain layouts of this dtype measured: the two-copy ones
+            measure_switched(t_dtype, HYBRID, plain["transposed"], variant)
+            if t_dtype == "float32" and packing_available():
+                try:
+                    set_linear_layout(variant, PACKED, max_extra_bytes=_memory_budget())
+                except ConfigError as error:
+                    tick(f"target {t_dtype} packed: skipped ({error})")
+                    tick(f"target {t_dtype} packed: skipped")
+                else:
+                    packed = measure_target(t_dtype, layout_name(PACKED, 1), variant)
+                    measure_switched(t_dtype, PACKED, packed, variant)
             plain = {}
-    _, t_dtype, t_layout, profile = best
+    # the best planned ms per token, except that a two-copy layout within TWO_COPY_TIE of it is preferred: it runs
+    # the standard kernels where those were faster, so its small passes tie with standard's within timing noise,
+    # and it serves larger passes (batches of trees) faster, for the memory of its second copies
+    lowest = min(score for score, *_ in scored)
+    two_copy_ties = [s for s in scored if parse_layout(s[2])[0] in (HYBRID, PACKED) and s[0] <= TWO_COPY_TIE * lowest]
+    _, t_dtype, t_layout, profile = min(two_copy_ties or scored, key=lambda s: s[0])
     target = configure(target, t_dtype, t_layout)
     overhead, baseline = measure_overheads(target, draft, profile, prefix_len=prefix_len, draft_vocab=draft_vocab)
     tick("engine overhead")
     seconds = time.perf_counter() - start
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
-            "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1)}
+            "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1),
+            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1)}
     profile = LatencyProfile(profile.target_ms, profile.draft_ms, info, profile.draft_width_ms, overhead, baseline)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
     choice = {"target_dtype": t_dtype, "target_layout": t_layout,
@@ -349,8 +415,8 @@ def auto_profile(
 
 def configure(model: torch.nn.Module, dtype: str, layout: str) -> torch.nn.Module:
     """`model` in `dtype` (converted in place) with its linear weights stored in `layout`."""
-    if dtype_name(model) != dtype:
-        model = model.to(to_dtype(dtype))
+    if dtype_name(model) != dtype:  # a packed copy cannot be converted: back to plain weights first
+        model = set_linear_layout(model, "standard").to(to_dtype(dtype))
     return set_linear_layout(model, layout)
 
 

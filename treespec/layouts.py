@@ -1,0 +1,220 @@
+"""How a model's linear weights are stored for the CPU's GEMM kernels: `set_linear_layout(model, layout)`.
+
+A tree pass multiplies every weight matrix by 1-64 rows (tree tokens times batch rows), where GEMM libraries
+switch kernels and the storage of the right-hand matrix decides which one runs. The layouts (values are never
+changed; results differ from the standard layout by float rounding, as between any two GEMM kernels):
+
+* ``standard``: contiguous [out, in], as loaded;
+* ``transposed``: the transpose of a contiguous [in, out] (`transpose_linear_storage`);
+* ``hybrid:<rows>``: both (`HybridLinear`): inputs of at least <rows> rows use the transposed copy;
+* ``packed:<rows>`` or ``packed:<rows>-<last>`` (``packed`` = ``packed:1``): the standard weight plus a copy
+  packed once for MKL's GEMM (`PackedLinear`, fp32 on CPUs with MKL): inputs of <rows> to <last> rows (no
+  upper limit without one) multiply through `cblas_sgemm_compute` on the packed copy, which skips the
+  per-call packing of the weight that makes MKL's 4-16-row GEMMs slow; others through `F.linear`.
+
+Which one is fastest depends on the CPU: `treespec.hardware.auto_profile` measures them. The two-copy
+layouts cost memory (`extra_bytes`): MKL pads its packed copies (about 2x a large matrix, up to 20x a small
+one), so `set_linear_layout` takes a `max_extra_bytes` budget.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from treespec.errors import ConfigError
+
+LAYOUTS = ("standard", "transposed")  # the plain layouts
+HYBRID = "hybrid"  # "hybrid:<rows>": standard and transposed (`HybridLinear`)
+PACKED = "packed"  # "packed:<rows>": standard and MKL-packed (`PackedLinear`)
+PACK_ROWS = 4  # the row count MKL packs for; its packed kernels were fastest at 1-16 rows with this (Xeon, 2026-11)
+
+
+def transpose_linear_storage(model: torch.nn.Module) -> torch.nn.Module:
+    """Store every nn.Linear weight [out, in] as the transpose of a contiguous [in, out] tensor.
+
+    The values and the module API are unchanged; only the memory layout differs. `F.linear` then hands
+    MKL a non-transposed right-hand matrix, which its small-M GEMM paths (M = 2..16 rows, the tree sizes
+    of speculative decoding on a CPU) run faster. Results may differ from the original layout by float
+    rounding, as between any two GEMM kernels; apply it to the target before comparing against it.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.is_contiguous():
+            module.weight.data = module.weight.data.t().contiguous().t()
+    return model
+
+
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // max(x.shape[-1], 1)
+
+
+class HybridLinear(torch.nn.Linear):
+    """An nn.Linear holding its weight in both layouts: the standard [out, in] (the parameter) and a transposed
+    copy (`weight_t`, a contiguous [in, out] buffer). Inputs of at least `transposed_from` rows (tokens times
+    batch rows) multiply by the copy, smaller ones by the parameter: MKL's GEMM kernels change with the row count,
+    and on some CPUs the standard storage is faster for the 1-3 rows of autoregressive and small-tree passes while
+    the transposed one is faster from 4 rows on. `hardware.auto_profile` picks the threshold from measured passes."""
+
+    weight_t: torch.Tensor
+    transposed_from: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight_t.t() if _rows(x) >= self.transposed_from else self.weight
+        return torch.nn.functional.linear(x, weight, self.bias)
+
+
+class PackedLinear(torch.nn.Linear):
+    """An nn.Linear that also holds its fp32 weight packed by MKL (`weight_packed`, an opaque tensor from
+    `torch.ops.mkl._mkl_reorder_linear_weight`). Inputs x [..., in] of `packed_from` to `packed_until` rows
+    (None: no upper limit) multiply through `torch.ops.mkl._mkl_linear` on the packed copy, others through
+    `F.linear`.
+
+    The packed copy is a plain attribute, not a buffer: `Module.to`, `deepcopy` and `state_dict` cannot handle
+    it, so a model is put back to a plain layout (`set_linear_layout(model, "standard")`) before those."""
+
+    weight_packed: torch.Tensor
+    packed_from: int
+    packed_until: int | None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = _rows(x)
+        if rows < self.packed_from or (self.packed_until is not None and rows > self.packed_until):
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        # MKL's packed GEMM runs when the last argument equals the row count (else the op falls back to F.linear)
+        return torch.ops.mkl._mkl_linear(x, self.weight_packed, self.weight, self.bias, rows)
+
+
+def packing_available() -> bool:
+    """Whether this torch build can multiply by MKL-packed weights (x86 builds with MKL)."""
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+def layout_name(kind: str, rows: int, last: int | None = None) -> str:
+    """The name of a two-copy layout: layout_name('hybrid', 4) == 'hybrid:4', layout_name('packed', 4, 16) ==
+    'packed:4-16'."""
+    return f"{kind}:{int(rows)}" + (f"-{int(last)}" if last is not None else "")
+
+
+def hybrid_layout(transposed_from: int) -> str:
+    """The layout name of weights held in both layouts, transposed from `transposed_from` rows on: 'hybrid:4'."""
+    return layout_name(HYBRID, transposed_from)
+
+
+def parse_layout(layout: str) -> tuple[str, int | None, int | None]:
+    """(name, first row count served by the second copy, last one or None): 'standard' / 'transposed' -> (name,
+    None, None); 'hybrid:<rows>' (rows >= 2) -> ('hybrid', rows, None); 'packed' -> ('packed', 1, None);
+    'packed:<rows>' (rows >= 1) or 'packed:<rows>-<last>' (last >= rows) -> ('packed', rows, last or None)."""
+    if layout in LAYOUTS:
+        return layout, None, None
+    if layout == PACKED:
+        return PACKED, 1, None
+    name, _, window = str(layout).partition(":")
+    rows, dash, last = window.partition("-")
+    if rows.isdigit() and not dash and name == HYBRID and int(rows) >= 2:
+        return HYBRID, int(rows), None
+    if name == PACKED and rows.isdigit() and int(rows) >= 1 and (not dash or (last.isdigit() and int(last) >= int(rows))):
+        return PACKED, int(rows), int(last) if dash else None
+    raise ConfigError(f"layout must be one of {LAYOUTS}, '{HYBRID}:<rows>' (rows >= 2), '{PACKED}:<rows>' or "
+                      f"'{PACKED}:<rows>-<last>' (1 <= rows <= last), got '{layout}'")
+
+
+def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def _make_plain(module: torch.nn.Linear) -> None:
+    if isinstance(module, HybridLinear):
+        del module.weight_t, module.transposed_from
+    elif isinstance(module, PackedLinear):
+        del module.weight_packed, module.packed_from, module.packed_until
+    module.__class__ = torch.nn.Linear
+
+
+def _make_hybrid(module: torch.nn.Linear, transposed_from: int) -> int:
+    """Make `module` a HybridLinear (keeping an existing copy); the bytes of a copy made now."""
+    made = 0
+    if not isinstance(module, HybridLinear):
+        _make_plain(module)
+        module.weight.data = module.weight.data.contiguous()
+        module.register_buffer("weight_t", module.weight.data.t().contiguous(), persistent=False)
+        module.__class__ = HybridLinear
+        made = module.weight_t.numel() * module.weight_t.element_size()
+    module.transposed_from = transposed_from
+    return made
+
+
+def _packed_bytes(packed: torch.Tensor) -> int:
+    return packed.numel() * packed.element_size()  # MKL's padded size: numel of the opaque tensor
+
+
+def _make_packed(module: torch.nn.Linear, packed_from: int, packed_until: int | None) -> int:
+    """Make `module` a PackedLinear (keeping an existing copy); the bytes of a copy made now."""
+    made = 0
+    if not isinstance(module, PackedLinear):
+        _make_plain(module)
+        module.weight.data = module.weight.data.contiguous()
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(module.weight.data, PACK_ROWS)
+        module.__dict__["weight_packed"] = packed  # not a buffer (see PackedLinear)
+        module.__class__ = PackedLinear
+        made = _packed_bytes(packed)
+    module.packed_from, module.packed_until = packed_from, packed_until
+    return made
+
+
+def _check_packable(model: torch.nn.Module) -> None:
+    if not packing_available():
+        raise ConfigError("the packed layout needs a torch build with MKL (x86 CPUs); use 'standard' or 'hybrid:<rows>'")
+    for module in _linears(model):
+        if module.weight.dtype != torch.float32 or module.weight.device.type != "cpu":
+            raise ConfigError(f"the packed layout needs fp32 weights on a CPU, got {module.weight.dtype} on "
+                              f"{module.weight.device}")
+
+
+def linear_layout(model: torch.nn.Module) -> str:
+    """'transposed' when the model's linear weights are stored transposed (see `transpose_linear_storage`),
+    'hybrid:<rows>' / 'packed:<rows>' when they are held in two copies, else 'standard'."""
+    linears = _linears(model)
+    if linears and all(isinstance(m, HybridLinear) for m in linears) and len({m.transposed_from for m in linears}) == 1:
+        return hybrid_layout(linears[0].transposed_from)
+    windows = {(getattr(m, "packed_from", None), getattr(m, "packed_until", None)) for m in linears}
+    if linears and all(isinstance(m, PackedLinear) for m in linears) and len(windows) == 1:
+        return layout_name(PACKED, *windows.pop())
+    if linears and all(m.weight.dim() == 2 and m.weight.t().is_contiguous() and not m.weight.is_contiguous()
+                       for m in linears):
+        return "transposed"
+    return "standard"
+
+
+def extra_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by the second copies of a two-copy layout (0 for the plain layouts)."""
+    total = 0
+    for module in _linears(model):
+        if isinstance(module, HybridLinear):
+            total += module.weight_t.numel() * module.weight_t.element_size()
+        elif isinstance(module, PackedLinear):
+            total += _packed_bytes(module.weight_packed)
+    return total
+
+
+def set_linear_layout(model: torch.nn.Module, layout: str, *, max_extra_bytes: int | None = None) -> torch.nn.Module:
+    """Store every nn.Linear weight in `layout` (module docstring); values unchanged. A two-copy layout whose new
+    copies would pass `max_extra_bytes` is undone (the model is left standard) and raises ConfigError."""
+    name, rows, last = parse_layout(layout)
+    if name in (HYBRID, PACKED):
+        if name == PACKED:
+            _check_packable(model)
+        made = 0
+        for module in _linears(model):
+            made += _make_hybrid(module, rows) if name == HYBRID else _make_packed(module, rows, last)
+            if max_extra_bytes is not None and made > max_extra_bytes:
+                set_linear_layout(model, "standard")
+                raise ConfigError(f"layout {layout} needs more than {max_extra_bytes / 1e9:.2f} GB for its second "
+                                  f"copies of the weights")
+        return model
+    for module in _linears(model):
+        _make_plain(module)
+    if layout == "transposed":
+        return transpose_linear_storage(model)
+    for module in _linears(model):
+        if not module.weight.is_contiguous():
+            module.weight.data = module.weight.data.contiguous()
+    return model
