@@ -121,11 +121,23 @@ def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def _second_copy_bytes(module: torch.nn.Linear) -> int:
+    """Bytes of a two-copy layer's second copy (MKL's padded size for a packed one), 0 for a plain layer."""
+    if isinstance(module, HybridLinear):
+        return module.weight_t.numel() * module.weight_t.element_size()
+    if isinstance(module, PackedLinear):
+        return module.weight_packed.numel() * module.weight_packed.element_size()
+    return 0
+
+
 def _make_plain(module: torch.nn.Linear) -> None:
+    """Drop a two-copy layer's second copy; any other nn.Linear (subclasses too) is left as it is."""
     if isinstance(module, HybridLinear):
         del module.weight_t, module.transposed_from
     elif isinstance(module, PackedLinear):
         del module.weight_packed, module.packed_from, module.packed_until
+    else:
+        return
     module.__class__ = torch.nn.Linear
 
 
@@ -137,13 +149,9 @@ def _make_hybrid(module: torch.nn.Linear, transposed_from: int) -> int:
         module.weight.data = module.weight.data.contiguous()
         module.register_buffer("weight_t", module.weight.data.t().contiguous(), persistent=False)
         module.__class__ = HybridLinear
-        made = module.weight_t.numel() * module.weight_t.element_size()
+        made = _second_copy_bytes(module)
     module.transposed_from = transposed_from
     return made
-
-
-def _packed_bytes(packed: torch.Tensor) -> int:
-    return packed.numel() * packed.element_size()  # MKL's padded size: numel of the opaque tensor
 
 
 def _make_packed(module: torch.nn.Linear, packed_from: int, packed_until: int | None) -> int:
@@ -155,7 +163,7 @@ def _make_packed(module: torch.nn.Linear, packed_from: int, packed_until: int | 
         packed = torch.ops.mkl._mkl_reorder_linear_weight(module.weight.data, PACK_ROWS)
         module.__dict__["weight_packed"] = packed  # not a buffer (see PackedLinear)
         module.__class__ = PackedLinear
-        made = _packed_bytes(packed)
+        made = _second_copy_bytes(module)
     module.packed_from, module.packed_until = packed_from, packed_until
     return made
 
@@ -186,13 +194,7 @@ def linear_layout(model: torch.nn.Module) -> str:
 
 def extra_bytes(model: torch.nn.Module) -> int:
     """Bytes held by the second copies of a two-copy layout (0 for the plain layouts)."""
-    total = 0
-    for module in _linears(model):
-        if isinstance(module, HybridLinear):
-            total += module.weight_t.numel() * module.weight_t.element_size()
-        elif isinstance(module, PackedLinear):
-            total += _packed_bytes(module.weight_packed)
-    return total
+    return sum(_second_copy_bytes(module) for module in _linears(model))
 
 
 def set_linear_layout(model: torch.nn.Module, layout: str, *, max_extra_bytes: int | None = None) -> torch.nn.Module:
