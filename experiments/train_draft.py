@@ -544,15 +544,6 @@ def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
     return json.loads(path.read_text())["ids"]
 
 
-def split_holdout(keys: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train, held-out) positions of `keys` (pool indices): a key's side depends only on the key and the seed,
-    so held-out prompts stay held out as the corpus grows; at least one position is held out."""
-    scores = [random.Random(seed * 1_000_003 + key).random() for key in keys]
-    held = [i for i, score in enumerate(scores) if score < fraction] or [min(range(len(keys)), key=scores.__getitem__)]
-    chosen = set(held)
-    return [i for i in range(len(keys)) if i not in chosen], held
-
-
 @dataclass
 class Trainee:
     """The model being trained and how a chunk of examples becomes (loss, reduced logits, target top ids);
@@ -625,7 +616,7 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     ckpt_dir = run / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
     examples = train.make_examples(data, vocab, t.max_len)
-    train_idx, held_idx = split_holdout([data["pool_index"][e.index] for e in examples], t.holdout_fraction, cfg.seed)
+    train_idx, held_idx = corpus.split_holdout([data["pool_index"][e.index] for e in examples], t.holdout_fraction, cfg.seed)
     train_set, held_set = [examples[i] for i in train_idx], [examples[i] for i in held_idx]
     tokens_per_epoch = sum(len(e.input_ids) for e in train_set)
     steps_per_epoch = max(1, round(tokens_per_epoch / (t.tokens_per_batch * 0.85)))

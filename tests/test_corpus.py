@@ -162,3 +162,14 @@ def test_the_committed_corpora_verify_and_stay_small():
         assert {p.name for p in path.parent.iterdir()} == listed, "files in the corpus that its manifest does not list"
         total += sum(p.stat().st_size for p in path.parent.iterdir() if p.is_file())
     assert total < 25e6
+
+
+def test_split_holdout_depends_only_on_each_key():
+    keys = list(range(2000))
+    train, held = corpus.split_holdout(keys, 0.03, seed=0)
+    assert sorted(train + held) == keys and 30 < len(held) < 90
+    assert held == [i for i in keys if corpus.holdout_score(i, 0) < 0.03]
+    grown_train, grown_held = corpus.split_holdout(keys + list(range(5000, 6000)), 0.03, seed=0)
+    assert grown_held[:len(held)] == held  # held-out keys stay held out as the corpus grows
+    assert corpus.split_holdout([7], 0.0, seed=0) == ([], [0])  # at least one is held out
+    assert corpus.split_holdout(keys, 0.03, seed=1)[1] != held

@@ -97,3 +97,34 @@ def test_heldout_pool_prompts_are_apart_from_training_and_evaluation():
     assert not training & {p.text for p in held}
     evaluation = [t for p in data.mtbench() for t in p.turns] + [p.text for p in data.humaneval()]
     assert ngram_overlaps([p.text for p in held], evaluation) == []
+
+
+def test_heldout_self_requests_are_held_out_and_give_back_the_stored_prompts():
+    from omegaconf import OmegaConf
+
+    from treespec.models import load_tokenizer
+    from treespec.training import corpus
+    from treespec.training.prompt_pool import ngram_overlaps
+
+    train_conf = OmegaConf.load(data.CORPUS_ROOT.parent / "conf" / "train_draft.yaml")
+    assert data.DRAFT_TRAINING_HOLDOUT == {"fraction": train_conf.train.holdout_fraction, "seed": train_conf.seed}
+    held = data.load_prompts("self")
+    assert len(held) >= 100 and all(p.category == "self" and p.turns == (p.text,) for p in held)
+    keys = [int(p.id.removeprefix("self/")) for p in held]
+    assert keys == sorted(set(keys))
+    assert all(corpus.holdout_score(k, 0) < 0.03 for k in keys)
+    directory = data.CORPUS_ROOT / data.DEFAULT_TARGET / corpus.SELF
+    manifest = corpus.read_manifest(directory)
+    first = corpus.read_shard(directory / min(manifest["shards"], key=lambda e: e["prompts"]["start"])["file"])
+    stored = {int(i): ids[:n].tolist() for (ids, n), i in zip(corpus.records(first), first["pool_index"])}
+    tokenizer = load_tokenizer(data.DEFAULT_TARGET)
+    checked = [(p, k) for p, k in zip(held, keys) if k in stored]
+    assert checked and all(data.encode_prompt(tokenizer, p.text) == stored[k] for p, k in checked)
+    evaluation = [t for p in data.mtbench() for t in p.turns] + [p.text for p in data.humaneval()]
+    assert ngram_overlaps([p.text for p in held], evaluation) == []
+
+
+def test_heldout_self_without_the_corpus_says_where_it_lives(monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "CORPUS_ROOT", tmp_path)
+    with pytest.raises(MissingAssetError, match="repository"):
+        data.load_prompts("self")

@@ -1,8 +1,8 @@
 """Prompt sets, offline: MT-Bench (80 questions, both turns), HumanEval (164 prompts), held-out prompt-pool
-prompts, any JSONL file.
+prompts, held-out requests the default target wrote itself, any JSONL file.
 
 Every loader returns a list of `Prompt`; `load_prompts(name_or_path, limit=, shuffle_seed=)` dispatches by
-name ("mtbench", "humaneval", "pool") or path (a .jsonl file with a `prompt` field and optional `id`,
+name ("mtbench", "humaneval", "pool", "self") or path (a .jsonl file with a `prompt` field and optional `id`,
 `category`). `encode_prompt` applies a tokenizer's chat template when it has one.
 """
 
@@ -17,13 +17,16 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError, MissingAssetError
-from treespec.models import asset_package_dir, install_hint
+from treespec.models import DEFAULT_TARGET, asset_package_dir, install_hint, load_tokenizer
+from treespec.training import corpus
 from treespec.training.prompt_pool import build_prompt_pool
 
 _MTBENCH_FILE = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 _HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
 DRAFT_TRAINING_POOL = {"n": 12000, "seed": 0}  # the default draft's training prompts (conf/train_draft.yaml)
 HELDOUT_POOL_SEED = 1
+DRAFT_TRAINING_HOLDOUT = {"fraction": 0.03, "seed": 0}  # train.holdout_fraction and seed of conf/train_draft.yaml
+CORPUS_ROOT = Path(__file__).resolve().parents[1] / "corpus"  # the self-distillation corpus, in the repository
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,38 @@ def heldout_pool(n: int = 200) -> list[Prompt]:
     return [Prompt(f"pool/{i}", p.text, p.category, (p.text,)) for i, p in enumerate(kept)]
 
 
+def heldout_self() -> list[Prompt]:
+    """Held-out natural requests: user turns the default target wrote itself (the self-prompt part of the
+    corpus, `corpus/<target>/self`, screened against MT-Bench and HumanEval) whose answers the draft's training
+    holds out (`corpus.split_holdout` with `DRAFT_TRAINING_HOLDOUT`), in request order. Each is the text between
+    the chat template's user-turn prefix and suffix of the stored prompt ids, kept only when encoding it again
+    gives those ids exactly."""
+    directory = CORPUS_ROOT / DEFAULT_TARGET / corpus.SELF
+    manifest = corpus.read_manifest(directory)
+    if manifest is None:
+        raise MissingAssetError(f"{directory / corpus.MANIFEST} is missing: the self-prompt corpus lives in treespec's "
+                                "repository (run from a clone, not an installed wheel)")
+    tokenizer = load_tokenizer(manifest["target"])
+    sentinel = "\x00REQUEST\x00"
+    frame = tokenizer.apply_chat_template([{"role": "user", "content": sentinel}], add_generation_prompt=True,
+                                          tokenize=False)
+    before, after = frame.split(sentinel)
+    prompts = []
+    for entry in sorted(manifest["shards"], key=lambda e: e["prompts"]["start"]):
+        arrays = corpus.read_shard(directory / entry["file"])
+        for (ids, prompt_len), index in zip(corpus.records(arrays), arrays["pool_index"]):
+            if corpus.holdout_score(int(index), DRAFT_TRAINING_HOLDOUT["seed"]) >= DRAFT_TRAINING_HOLDOUT["fraction"]:
+                continue
+            stored = ids[:prompt_len].tolist()
+            text = tokenizer.decode(stored, skip_special_tokens=False)
+            if not (text.startswith(before) and text.endswith(after)):
+                continue
+            request = text[len(before):len(text) - len(after)]
+            if encode_prompt(tokenizer, request) == stored:
+                prompts.append(Prompt(f"self/{int(index)}", request, "self", (request,)))
+    return prompts
+
+
 def jsonl(path: str | Path) -> list[Prompt]:
     """Prompts from a JSONL file: each line an object with `prompt` and optional `id`, `category`."""
     path = Path(path).expanduser()
@@ -89,8 +124,9 @@ def jsonl(path: str | Path) -> list[Prompt]:
 
 
 def load_prompts(source: str | Path, *, limit: int | None = None, shuffle_seed: int | None = None) -> list[Prompt]:
-    """Load "mtbench", "humaneval" or a JSONL path; optionally shuffle (seeded) and keep the first `limit`."""
-    builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval, "pool": heldout_pool}
+    """Load "mtbench", "humaneval", "pool", "self" or a JSONL path; optionally shuffle (seeded) and keep the first `limit`."""
+    builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval, "pool": heldout_pool,
+               "self": heldout_self}
     loader = builtin.get(str(source).lower())
     prompts = loader() if loader else jsonl(source)
     if shuffle_seed is not None:

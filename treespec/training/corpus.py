@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import re
 import tempfile
 from collections.abc import Sequence
@@ -305,6 +306,20 @@ def plan_shards(manifest: dict, prompts: int, shard_prompts: int) -> list[tuple[
         ranges.append((i, stop))
         i = stop
     return ranges
+
+
+def holdout_score(key: int, seed: int) -> float:
+    """A pool index's draw in [0, 1): the training holds a record out when it is below the held-out fraction, so a
+    key's side depends only on the key and the seed and held-out prompts stay held out as the corpus grows."""
+    return random.Random(seed * 1_000_003 + key).random()
+
+
+def split_holdout(keys: Sequence[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) positions of `keys` (pool indices) by `holdout_score`; at least one position is held out."""
+    scores = [holdout_score(key, seed) for key in keys]
+    held = [i for i, score in enumerate(scores) if score < fraction] or [min(range(len(keys)), key=scores.__getitem__)]
+    chosen = set(held)
+    return [i for i in range(len(keys)) if i not in chosen], held
 
 
 def summary(manifest: dict) -> dict:
