@@ -21,7 +21,8 @@ ROOT = Path(__file__).parents[1]
 NOTEBOOKS = [ROOT / "analysis" / f"{name}.ipynb" for name in build.NOTEBOOKS]
 FIGURES = {
     "tree_shapes": ["trees_by_acceptance", "sequoia_shape_vs_p1", "sequoia_depth_width_vs_p1",
-                    "expected_tokens_curves", "expected_tokens_heatmap", "speedup_surface",
+                    "expected_tokens_curves", "expected_tokens_heatmap", "pairs_trees", "pairs_draft_cost",
+                    "speedup_surface",
                     "policies_equal_budget", "policy_trees_equal_budget", "batch_speedup"],
     "acceptance": ["measured_vs_predicted", "acceptance_depth_rank", "acceptance_vector",
                    "accepted_length_distribution", "tokens_per_pass_by_category"],
