@@ -2,6 +2,7 @@
 
     python analysis/build.py                                   # default pair (smollm2), 8 prompts per set
     python analysis/build.py --model tiny --prompts 2 --max-new-tokens 8 --out /tmp/a --figures /tmp/f
+    python analysis/build.py --model qwen2.5-coder --out outputs/analysis_qwen   # the optional real pair
     python analysis/build.py --skip-runs                       # re-execute the notebooks on existing results
 
 Steps (each a subprocess of the experiments/ scripts; output goes to <out>/logs/):
@@ -58,7 +59,13 @@ PRESETS = {
                           "methods": "[autoregressive,planned,n4_d3,n8_d4,n16_d5]"},
                 "profile": {"sizes": "[1,2,3,4,6,8,12,16,24,32]", "prefix_len": 400, "repeats": 5,
                             "warmup": 2}},
+    # the optional real pair (1.5B target): few prompts, one sweep depth, B <= 2, a coarse profile
+    "qwen2.5-coder": {"prompts": 3, "max_new_tokens": 64, "threads": 0, "sweep_budgets": "8,16",
+                      "sweep_depths": "6",
+                      "batch": {"batch_sizes": "[1,2]", "sizes": "null", "methods": "[autoregressive,planned]"},
+                      "profile": {"sizes": "[1,2,4,8,16,32]", "prefix_len": 256, "repeats": 3, "warmup": 1}},
 }
+DEFAULT_PRESET = "smollm2"  # for conf/model/ entries without a preset of their own
 
 
 class BuildError(RuntimeError):
@@ -68,12 +75,15 @@ class BuildError(RuntimeError):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2", help="a conf/model/ entry: tiny or smollm2 (default)")
+    parser.add_argument("--model", default="smollm2",
+                        help="a conf/model/ entry: tiny, smollm2 (default), qwen2.5-coder (optional pair)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "analysis", help="results directory")
-    parser.add_argument("--figures", type=Path, default=ANALYSIS / "figures", help="where the PNG figures go")
-    parser.add_argument("--prompts", type=int, help="prompts per prompt set (default: 8 smollm2, 3 tiny)")
+    parser.add_argument("--figures", type=Path,
+                        help="where the PNG figures go (default: analysis/figures for the default pair, "
+                             "<out>/figures for any other model, so its figures never replace the committed ones)")
+    parser.add_argument("--prompts", type=int, help="prompts per prompt set (default: 8 smollm2, 3 tiny and qwen2.5-coder)")
     parser.add_argument("--max-new-tokens", type=int,
-                        help="new tokens per prompt (default: 64 smollm2, 16 tiny)")
+                        help="new tokens per prompt (default: 64 smollm2 and qwen2.5-coder, 16 tiny)")
     parser.add_argument("--threads", type=int, help="torch threads of the runs (0 = torch's default)")
     parser.add_argument("--hardware", type=Path,
                         help="a hardware profile YAML (default: measure this machine, as hardware=auto does)")
@@ -81,11 +91,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="only execute the notebooks on existing results")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds allowed per subprocess")
     args = parser.parse_args(argv)
-    preset = PRESETS.get(args.model, PRESETS["smollm2"])
+    preset = PRESETS.get(args.model, PRESETS[DEFAULT_PRESET])
     args.prompts = args.prompts or preset["prompts"]
     args.max_new_tokens = args.max_new_tokens or preset["max_new_tokens"]
     args.threads = preset["threads"] if args.threads is None else args.threads
     args.preset = preset
+    if args.figures is None:
+        args.figures = ANALYSIS / "figures" if args.model == DEFAULT_PRESET else args.out / "figures"
     args.out, args.figures = args.out.resolve(), args.figures.resolve()
     return args
 

@@ -156,3 +156,16 @@ def test_build_refuses_a_results_dir_it_did_not_make(tmp_path, capsys):
     assert build.main(["--model", "tiny", "--out", str(tmp_path), "--figures", str(tmp_path / "f")]) == 1
     assert "was not made by analysis/build.py" in capsys.readouterr().err
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_presets_and_where_figures_go(tmp_path):
+    default = build.parse_args(["--out", str(tmp_path)])
+    assert default.preset is build.PRESETS["smollm2"] and default.figures == (build.ANALYSIS / "figures").resolve()
+    qwen = build.parse_args(["--model", "qwen2.5-coder", "--out", str(tmp_path)])
+    # the 1.5B pair's own preset (few prompts); its figures never replace the committed default-pair ones
+    assert qwen.preset is build.PRESETS["qwen2.5-coder"] and qwen.prompts < default.prompts
+    assert qwen.figures == (tmp_path / "figures").resolve()
+    assert build.parse_args(["--model", "tiny", "--out", str(tmp_path), "--figures", str(tmp_path / "f"),
+                             "--prompts", "5"]).prompts == 5
+    for preset in build.PRESETS.values():  # every preset names what each step reads
+        assert {"prompts", "max_new_tokens", "threads", "sweep_budgets", "sweep_depths", "batch", "profile"} <= set(preset)

@@ -93,7 +93,8 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 - Answers: the target's own, chat template applied, up to {cfg['generate']['max_new_tokens']} new tokens, modes
   {summary['answers_by_mode']}; {summary['answer_tokens']} answer tokens{in_all}, kept in the corpus
   `{summary['corpus']['dir']}` ({summary['corpus']['shards']} shards of pool prompts, {summary['corpus']['bytes'] / 1e6:.1f} MB;
-  {summary['generation_seconds'] / 3600:.2f} h of generation{' in all' if in_all else ''} in {', '.join(summary['corpus']['precision'])} on
+  {summary['generation_seconds'] / 3600:.2f} h of generation{' in all' if in_all else ''} in \
+{', '.join(summary['corpus']['precision'])} on
   {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
   at every answer position were recomputed from them by teacher forcing.{parts}
 
