@@ -110,6 +110,7 @@ class TeacherSpec:
 @dataclass
 class VocabSpec:
     size: int = 6144
+    grow: bool = False  # with draft.init_from (eagle): add the most frequent answer tokens the start lacks, up to size
 
 
 @dataclass
@@ -530,17 +531,25 @@ def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
 
 def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
     """The draft's output vocabulary (run/vocab.json): the `vocab.size` most frequent answer tokens plus EOS, or,
-    when the draft starts from a trained one (`draft.init_from`), that draft's own vocabulary."""
+    when the draft starts from a trained one (`draft.init_from`), that draft's own vocabulary, grown with the most
+    frequent answer tokens it lacks up to `vocab.size` when `vocab.grow` is set."""
     path = run / "vocab.json"
     if not path.exists():
         counts = distill_data.token_frequencies(data)
+        info = {}
         if cfg.draft.init_from:
             ids = [int(i) for i in load_model(cfg.draft.init_from).config.output_token_ids]
             log.info("output vocabulary of draft.init_from=%s: %d tokens", cfg.draft.init_from, len(ids))
+            if cfg.vocab.grow:
+                if cfg.draft.kind != "eagle":
+                    raise ConfigError("vocab.grow needs draft.kind=eagle (a plain draft's vocabulary is its embedding)")
+                info["start_size"] = len(ids)
+                ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=ids)
+                log.info("grown to %d tokens with the most frequent answer tokens it lacked", len(ids))
         else:
             ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=[eos])
         covered = sum(counts[i] for i in ids) / max(1, sum(counts.values()))
-        path.write_text(json.dumps({"size": len(ids), "answer_token_coverage": covered, "ids": ids}))
+        path.write_text(json.dumps({"size": len(ids), "answer_token_coverage": covered, **info, "ids": ids}))
     return json.loads(path.read_text())["ids"]
 
 
@@ -573,8 +582,10 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
                                         feature_layers=list(cfg.draft.eagle_feature_layers))
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)
-        if list(start.config.output_token_ids) != list(vocab):
-            raise ConfigError(f"draft.init_from={cfg.draft.init_from} has another output vocabulary than this run")
+        start_ids = [int(t) for t in start.config.output_token_ids]
+        if start_ids != list(vocab) and not (cfg.vocab.grow and set(start_ids) <= set(vocab)):
+            raise ConfigError(f"draft.init_from={cfg.draft.init_from} has another output vocabulary than this run"
+                              + ("" if cfg.vocab.grow else " (vocab.grow=true grows it; the run's vocab.json fixes it)"))
         if start.config.feature_layers not in ([], head.config.feature_layers):
             raise ConfigError(f"draft.init_from={cfg.draft.init_from} fuses target layers {start.config.feature_layers}, "
                               f"this run {head.config.feature_layers}")
@@ -718,6 +729,7 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
         "train_threads": torch.get_num_threads(),
         "final_heldout": {k: v for k, v in log_rows[-1].items() if "agree" in k or "top4" in k},
         "output_vocab": vocab_info["size"],
+        "output_vocab_start": vocab_info.get("start_size"),  # the start draft's, when vocab.grow added tokens to it
         "output_vocab_answer_coverage": round(vocab_info["answer_token_coverage"], 4),
         "parameters": sum(p.numel() for p in draft.parameters()),
         "config": OmegaConf.to_container(cfg, resolve=True),

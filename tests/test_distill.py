@@ -202,6 +202,29 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     assert got.tokens == expected[: len(got.tokens)] and len(got.tokens) == len(expected)
 
 
+def test_vocab_grow_adds_the_most_frequent_tokens_a_started_head_lacks(tmp_path, tiny_target_dir):
+    small = tmp_path / "small"
+    result = _train_draft(small, tiny_target_dir, "draft.kind=eagle", "train.max_steps=1", "vocab.size=6")
+    assert result.returncode == 0, result.stderr[-3000:]
+    start_ids = json.loads((small / "vocab.json").read_text())["ids"]
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    (grown / "prompts.jsonl").write_bytes((small / "prompts.jsonl").read_bytes())
+    (grown / "teacher").symlink_to(small / "teacher")
+    common = ("draft.kind=eagle", "train.max_steps=1", "vocab.size=12", f"draft.init_from={small / 'draft'}",
+              f"corpus.dir={small / 'corpus'}")
+    kept = _train_draft(tmp_path / "kept", tiny_target_dir, *common)  # without vocab.grow: the start's own
+    assert kept.returncode == 0 and json.loads((tmp_path / "kept" / "vocab.json").read_text())["ids"] == start_ids
+    result = _train_draft(grown, tiny_target_dir, *common, "vocab.grow=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    vocab = json.loads((grown / "vocab.json").read_text())
+    assert vocab["size"] == 12 and vocab["start_size"] == 6 and set(start_ids) < set(vocab["ids"])
+    assert vocab["answer_token_coverage"] > json.loads((small / "vocab.json").read_text())["answer_token_coverage"]
+    head = load_model(grown / "draft")
+    assert head.config.output_token_ids == vocab["ids"] and head.lm_head.weight.shape[0] == 12
+    assert "the start draft's 6 plus the most frequent answer tokens it lacked" in (grown / "draft" / "README.md").read_text()
+
+
 def test_teacher_pass_recomputes_the_generation_time_targets():
     target = tiny_model("llama", seed=0)
     prompts = [[5, 6, 7], [9, 1], [3, 3, 3, 3, 8]]

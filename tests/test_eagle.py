@@ -241,6 +241,27 @@ def test_fused_head_starting_as_the_single_layer_head_drafts_alike(target_and_he
         train.load_eagle_start(single, fused)
 
 
+def test_a_grown_vocabulary_keeps_the_start_heads_logits_on_its_own_tokens(target_and_head):
+    """vocab.grow: the start head's rows go to its tokens, the added tokens get the target's rows, every other
+    weight is the start's, so the start's tokens keep their logits; a vocabulary that drops a token is refused."""
+    target, start = target_and_head
+    start_ids = list(start.config.output_token_ids)  # the even ids below 64
+    grown = train.init_eagle_from_target(target, sorted(start_ids + [1, 3, 5, 63]))
+    train.load_eagle_start(grown, start)
+    position = {t: i for i, t in enumerate(grown.config.output_token_ids)}
+    torch.testing.assert_close(grown.lm_head.weight[[position[t] for t in start_ids]], start.lm_head.weight)
+    torch.testing.assert_close(grown.lm_head.weight[[position[t] for t in (1, 3, 5, 63)]],
+                               target.lm_head.weight[[1, 3, 5, 63]])
+    prompt = [5, 9, 13, 2, 7]
+    features = _features(target, prompt[:-1])
+    for ours, theirs in zip(_root_and_children(grown.eval(), target, prompt, features),
+                            _root_and_children(start, target, prompt, features)):
+        torch.testing.assert_close(ours[..., start_ids], theirs[..., start_ids], atol=1e-5, rtol=1e-5)
+        assert torch.isfinite(ours[..., [1, 3, 5, 63]]).all() and torch.isinf(theirs[..., [1, 3, 5, 63]]).all()
+    with pytest.raises(ValueError, match="not in the new head's vocabulary"):
+        train.load_eagle_start(train.init_eagle_from_target(target, start_ids[1:] + [1]), start)
+
+
 def test_fused_layers_outside_the_target_are_refused(target_and_fused_head):
     _, head = target_and_fused_head
     with pytest.raises(ConfigError, match=r"fuses target layers \[3\]"):

@@ -207,10 +207,25 @@ def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[i
 
 
 def load_eagle_start(head, start) -> None:
-    """Load a trained head's weights into `head` (same vocabulary); a single-layer head may start a fused one,
-    whose `fuse` keeps its initialisation. ValueError when the two heads do not fit."""
-    missing, unexpected = head.load_state_dict(start.state_dict(), strict=False)
-    if unexpected or any(not key.startswith("fuse.") for key in missing):
+    """Load a trained head's weights into `head`; a single-layer head may start a fused one, whose `fuse` keeps its
+    initialisation, and a head whose output vocabulary is a subset of `head`'s (a grown vocabulary) gives its LM-head
+    rows to its own tokens, the other rows keeping theirs (the target's). ValueError when the two heads do not fit."""
+    state = dict(start.state_dict())
+    start_ids = [int(t) for t in start.config.output_token_ids]
+    grown = start_ids != [int(t) for t in head.config.output_token_ids]
+    if grown:
+        position = {int(t): i for i, t in enumerate(head.config.output_token_ids)}
+        lacking = [t for t in start_ids if t not in position]
+        if lacking:
+            raise ValueError(f"the heads do not fit: {len(lacking)} of the start head's output tokens are not in the "
+                             f"new head's vocabulary (e.g. {lacking[:5]})")
+        rows = state.pop("lm_head.weight")
+        state.pop("output_ids", None)
+        with torch.no_grad():
+            head.lm_head.weight[[position[t] for t in start_ids]] = rows.to(head.lm_head.weight.dtype)
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    allowed = ("fuse.", "lm_head.", "output_ids") if grown else ("fuse.",)
+    if unexpected or any(not key.startswith(allowed) for key in missing):
         raise ValueError(f"the heads do not fit: missing {missing}, unexpected {unexpected}")
 
 
