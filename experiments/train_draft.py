@@ -543,9 +543,10 @@ def stage_vocab(cfg: DictConfig, run: Path, data: dict, eos: int) -> list[int]:
             if cfg.vocab.grow:
                 if cfg.draft.kind != "eagle":
                     raise ConfigError("vocab.grow needs draft.kind=eagle (a plain draft's vocabulary is its embedding)")
-                info["start_size"] = len(ids)
-                ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=ids)
-                log.info("grown to %d tokens with the most frequent answer tokens it lacked", len(ids))
+                grown = distill_data.select_output_vocab(counts, cfg.vocab.size, always=ids)
+                if len(grown) > len(ids):  # vocab.size above the start's size, and answer tokens it lacks
+                    info["start_size"], ids = len(ids), grown
+                    log.info("grown to %d tokens with the most frequent answer tokens it lacked", len(ids))
         else:
             ids = distill_data.select_output_vocab(counts, cfg.vocab.size, always=[eos])
         covered = sum(counts[i] for i in ids) / max(1, sum(counts.values()))
