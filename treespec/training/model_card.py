@@ -18,10 +18,13 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
              "run), then: " if summary["config"]["draft"].get("init_from") else "")
     cfg, c = summary["config"], draft.config
     heldout = summary["final_heldout"]
-    chosen = ("the most frequent in the answers" if not cfg["draft"].get("init_from") else "the start draft's"
-              if not summary.get("output_vocab_start") else
-              f"the start draft's {summary['output_vocab_start']} plus the most frequent answer tokens it lacked, "
-              "their rows taken from the target")
+    if not cfg["draft"].get("init_from"):
+        chosen = "the most frequent in the answers"
+    elif summary.get("output_vocab_start"):  # vocab.grow added tokens to the start draft's
+        chosen = (f"the start draft's {summary['output_vocab_start']} plus the most frequent answer tokens it lacked, "
+                  "their rows taken from the target")
+    else:
+        chosen = "the start draft's"
     vocab = (f"an LM head over {summary['output_vocab']} tokens ({chosen}; they cover "
              f"{100 * summary['output_vocab_answer_coverage']:.2f}% of answer tokens), initialised from the target's "
              "output rows; logits elsewhere are -inf, so q is 0 outside that set")
