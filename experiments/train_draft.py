@@ -119,6 +119,7 @@ class DraftSpec:
     init_layers: list[int] = field(default_factory=lambda: [0, 1])  # plain: target layers copied
     embed_rank: int = 48  # plain: rank of the factorised input embedding
     eagle_init_layer: Optional[int] = None  # eagle: target layer copied into the head's decoder layer (None: fresh)
+    eagle_layers: int = 1  # eagle: decoder layers in the head (with init_from, layers beyond the start's are fresh)
     feature_weight: float = 0.1  # eagle: weight of the feature regression next to the cross-entropy
     feature_noise: float = 0.1  # eagle: relative noise on input features during training
     freeze_head: bool = True  # eagle: keep the target's output rows as the head's LM head
@@ -580,7 +581,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
         raise ConfigError(f"draft.kind must be plain or eagle, got '{cfg.draft.kind}'")
     features = data["features"]
     head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer,
-                                        feature_layers=list(cfg.draft.eagle_feature_layers))
+                                        feature_layers=list(cfg.draft.eagle_feature_layers), layers=cfg.draft.eagle_layers)
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)
         start_ids = [int(t) for t in start.config.output_token_ids]
@@ -590,7 +591,10 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
         if start.config.feature_layers not in ([], head.config.feature_layers):
             raise ConfigError(f"draft.init_from={cfg.draft.init_from} fuses target layers {start.config.feature_layers}, "
                               f"this run {head.config.feature_layers}")
-        train.load_eagle_start(head, start)  # a single-layer head may start a fused one
+        if start.config.num_hidden_layers > head.config.num_hidden_layers:
+            raise ConfigError(f"draft.init_from={cfg.draft.init_from} has {start.config.num_hidden_layers} decoder layers, "
+                              f"more than draft.eagle_layers={cfg.draft.eagle_layers}")
+        train.load_eagle_start(head, start)  # a single-layer head may start a fused one, a shallower one a deeper one
     head.lm_head.weight.requires_grad_(not cfg.draft.freeze_head)
     embed = target.get_input_embeddings().requires_grad_(False)
     noise = torch.Generator().manual_seed(cfg.seed)

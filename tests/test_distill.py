@@ -213,8 +213,16 @@ def test_vocab_grow_adds_the_most_frequent_tokens_a_started_head_lacks(tmp_path,
     (grown / "teacher").symlink_to(small / "teacher")
     common = ("draft.kind=eagle", "train.max_steps=1", "vocab.size=12", f"draft.init_from={small / 'draft'}",
               f"corpus.dir={small / 'corpus'}")
-    kept = _train_draft(tmp_path / "kept", tiny_target_dir, *common)  # without vocab.grow: the start's own
+    # without vocab.grow: the start's own vocabulary; with draft.eagle_layers=2 a second, fresh layer below its one
+    kept = _train_draft(tmp_path / "kept", tiny_target_dir, *common, "draft.eagle_layers=2")
     assert kept.returncode == 0 and json.loads((tmp_path / "kept" / "vocab.json").read_text())["ids"] == start_ids
+    deep = load_model(tmp_path / "kept" / "draft")
+    assert deep.config.num_hidden_layers == 2 and len(deep.more_layers) == 1
+    assert "2 decoder layers (the start draft's, fresh ones below its depth, then trained)" in (
+        tmp_path / "kept" / "draft" / "README.md").read_text()
+    shallower = _train_draft(tmp_path / "shallower", tiny_target_dir, *common[:3], f"draft.init_from={tmp_path / 'kept' / 'draft'}",
+                             common[4])
+    assert shallower.returncode != 0 and "has 2 decoder layers, more than draft.eagle_layers=1" in shallower.stderr
     result = _train_draft(grown, tiny_target_dir, *common, "vocab.grow=true")
     assert result.returncode == 0, result.stderr[-3000:]
     vocab = json.loads((grown / "vocab.json").read_text())

@@ -149,6 +149,18 @@ def target_and_fused_head():
     return target, head.eval()
 
 
+@pytest.fixture(scope="module")
+def target_and_deep_head():
+    """A fused head with two decoder layers (draft.eagle_layers=2)."""
+    target = tiny_model("llama", seed=0, layers=3)
+    torch.manual_seed(8)
+    head = train.init_eagle_from_target(target, list(range(0, 64, 2)), feature_layers=FUSED, layers=2)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return target, head.eval()
+
+
 def _fused_features(target, tokens, layers=FUSED):
     with torch.no_grad():
         return target_features(target, target.model(torch.tensor([tokens]), output_hidden_states=True), layers)[0]
@@ -173,8 +185,9 @@ def test_target_features_are_the_normed_states_after_each_layer(arch):
     assert torch.equal(target_features(target, target.base_model(torch.tensor([tokens])), []), last)
 
 
-def test_fused_drafter_matches_a_fresh_recomputation(target_and_fused_head):
-    target, head = target_and_fused_head
+@pytest.mark.parametrize("heads", ["target_and_fused_head", "target_and_deep_head"])
+def test_fused_drafter_matches_a_fresh_recomputation(heads, request):
+    target, head = request.getfixturevalue(heads)
     prompt = [5, 9, 13, 2, 7]
     drafter = EagleDrafter(head, target, 64)
     assert drafter.target_layers == tuple(FUSED)
@@ -194,9 +207,10 @@ def test_fused_drafter_matches_a_fresh_recomputation(target_and_fused_head):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("heads", ["target_and_fused_head", "target_and_deep_head"])
 @pytest.mark.parametrize("tree", [policies.Chain(4), policies.KAry([3, 2]), policies.Dynamic(10, 5, 3)])
-def test_greedy_parity_with_a_fused_head(target_and_fused_head, tree):
-    target, head = target_and_fused_head
+def test_greedy_parity_with_a_fused_head(heads, tree, request):
+    target, head = request.getfixturevalue(heads)
     prompts = ([3, 17, 5, 9], [42], [8, 1, 60, 33, 2, 19])
     expected = [target.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False)[0, len(p):].tolist() for p in prompts]
     assert [treespec.generate(target, head, p, tree=tree, max_new_tokens=20).tokens for p in prompts] == expected
@@ -218,8 +232,9 @@ def test_greedy_parity_with_a_fused_head_on_other_targets(arch):
             assert treespec.generate_batch(target, head, [prompt], tree=tree, max_new_tokens=16)[0].tokens == expected
 
 
-def test_fused_head_drafts_alike_in_the_batched_engine(target_and_fused_head):
-    target, head = target_and_fused_head
+@pytest.mark.parametrize("heads", ["target_and_fused_head", "target_and_deep_head"])
+def test_fused_head_drafts_alike_in_the_batched_engine(heads, request):
+    target, head = request.getfixturevalue(heads)
     prompts = ([3, 17, 5, 9], [42, 7], [8, 1, 60, 33, 2, 19])
     tree = policies.KAry([2, 2])
     single = [treespec.generate(target, head, p, tree=tree, max_new_tokens=16) for p in prompts]
@@ -270,11 +285,12 @@ def test_fused_layers_outside_the_target_are_refused(target_and_fused_head):
         train.init_eagle_from_target(tiny_model("llama", layers=2), [1, 2], feature_layers=[1, 5])
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_unrolled_levels_are_what_nodes_below_the_root_compute(target_and_head, target_and_fused_head, fused):
+@pytest.mark.parametrize("heads", ["target_and_head", "target_and_fused_head", "target_and_deep_head"])
+def test_unrolled_levels_are_what_nodes_below_the_root_compute(heads, request):
     """Level d of the training-time test at input index j + d - 2 is the node d - 1 levels below the root x_j
     on the path x_{j+1} .. x_{j+d-1}, as the drafter computes it (4 levels: depths 0..3)."""
-    target, head = target_and_fused_head if fused else target_and_head
+    target, head = request.getfixturevalue(heads)
+    fused = head.fused
     tokens = [5, 9, 13, 2, 7, 30, 11, 4, 19, 6]
     features = _fused_features(target, tokens) if fused else _features(target, tokens)  # F_i at token i
     embeds = target.get_input_embeddings()(torch.tensor([tokens[1:]]))
@@ -352,5 +368,41 @@ def test_a_head_saved_before_fused_heads_existed_loads_as_a_single_layer_head(ta
     assert old.config.feature_layers == [] and not hasattr(old, "fuse") and not old.fused
     prompt = [5, 9, 13, 2, 7]
     features = _features(target, prompt[:-1])
-    torch.testing.assert_close(_root_and_children(old, target, prompt, features),
-                               _root_and_children(head, target, prompt, features), atol=0, rtol=0)
+    torch.testing.assert_close(_root_and_children(old, target, prompt, features),  # kernels may round loaded
+                               _root_and_children(head, target, prompt, features), atol=1e-5, rtol=1e-5)  # weights apart
+
+
+# ----------------------------------------------------------------------------------------------------
+# Deeper heads: more decoder layers (draft.eagle_layers)
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_a_deeper_head_started_from_a_trained_one(target_and_fused_head, tmp_path):
+    """A two-layer head loaded from a one-layer one holds its weights in its first layer; with its second layer's
+    output projections at zero (that layer then adds nothing to the residual stream) it drafts exactly as the
+    start does, so the layers are stacked in order and the second reads the first's output. It saves and loads
+    as a two-layer head; a deeper head cannot start a shallower one."""
+    target, start = target_and_fused_head
+    deep = train.init_eagle_from_target(target, start.config.output_token_ids, feature_layers=FUSED, layers=2)
+    train.load_eagle_start(deep, start)
+    for name, weight in start.layer.state_dict().items():
+        assert torch.equal(deep.layer.state_dict()[name], weight)
+    prompt = [5, 9, 13, 2, 7]
+    features = _fused_features(target, prompt[:-1])
+    with torch.no_grad():
+        deep.more_layers[0].self_attn.o_proj.weight.zero_()
+        deep.more_layers[0].mlp.down_proj.weight.zero_()
+    torch.testing.assert_close(_root_and_children(deep.eval(), target, prompt, features),
+                               _root_and_children(start, target, prompt, features), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        deep.more_layers[0].mlp.down_proj.weight.normal_(0, 0.05)
+    changed = _root_and_children(deep, target, prompt, features)
+    assert not torch.allclose(changed[0], _root_and_children(start, target, prompt, features)[0])
+    deep.save_pretrained(tmp_path)
+    loaded = load_model(tmp_path).eval()
+    assert loaded.config.num_hidden_layers == 2 and len(loaded.more_layers) == 1
+    torch.testing.assert_close(_root_and_children(loaded, target, prompt, features), changed, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="do not fit"):
+        train.load_eagle_start(start, deep)
+    with pytest.raises(ValueError, match="at least one decoder layer"):
+        train.init_eagle_from_target(target, [1, 2], layers=0)

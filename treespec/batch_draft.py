@@ -172,7 +172,8 @@ class BatchEagleDrafter(_BatchTreeDrafter):
         """prefix_hidden [B, W, F]: row b's first len(prompts[b]) - 1 entries are the target's features of
         prompts[b][:-1] (treespec.eagle.target_features); None or missing rows start from zero features."""
         hidden = self.model.config.hidden_size
-        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64)])
+        layers = self.model.config.num_hidden_layers
+        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64) for _ in range(layers)])
         self._begin(len(prompts))
         self.pending_tokens, self.pending_features, self.root_feature = [], [], []
         for b, prompt in enumerate(prompts):

@@ -2,8 +2,9 @@
 
 Draft position j consumes (f_{j-1}, x_j): the target's feature at the previous position (its last hidden
 state, after the final norm: what its LM head reads) and the embedding of token x_j (the target's own
-embedding table, shared at run time). `fc` fuses them (2H -> H), one Llama decoder layer attends over the
-earlier positions, and the output h_j estimates f_j; an LM head over a reduced vocabulary turns h_j into
+embedding table, shared at run time). `fc` fuses them (2H -> H), one Llama decoder layer (or
+`config.num_hidden_layers` of them, stacked) attends over the earlier positions, and the output h_j estimates
+f_j; an LM head over a reduced vocabulary turns h_j into
 logits for x_{j+1}. Inside a tree the head feeds its own h as the feature of a drafted node. After each
 verification the accepted tokens are re-encoded with the target's true features.
 
@@ -83,7 +84,8 @@ def check_feature_layers(draft_config: EagleDraftConfig, target: PreTrainedModel
 
 
 class EagleDraftModel(LlamaPreTrainedModel):
-    """[fuse(k*H -> H) for a fused head] + fc(2H -> H) + one decoder layer + an LM head over `output_token_ids`."""
+    """[fuse(k*H -> H) for a fused head] + fc(2H -> H) + `num_hidden_layers` decoder layers (`layer`, then
+    `more_layers`) + an LM head over `output_token_ids`."""
 
     config_class = EagleDraftConfig
 
@@ -97,7 +99,10 @@ class EagleDraftModel(LlamaPreTrainedModel):
         if config.feature_layers:
             self.fuse = nn.Linear(len(config.feature_layers) * hidden, hidden, bias=False)
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        if config.num_hidden_layers < 1:
+            raise ValueError(f"an EAGLE head needs at least one decoder layer, got {config.num_hidden_layers}")
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.more_layers = nn.ModuleList(LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers))
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.lm_head = nn.Linear(hidden, len(config.output_token_ids), bias=False)
         self.register_buffer("output_ids", torch.tensor(config.output_token_ids, dtype=torch.long), persistent=True)
@@ -119,8 +124,11 @@ class EagleDraftModel(LlamaPreTrainedModel):
         """features (fused, or the head's own outputs), token_embeds [B, L, H]; position_ids [B, L]; additive
         mask [B or 1, 1, L, past + L]. Returns the head's output features h [B, L, H]."""
         x = self.fc(torch.cat([features.to(token_embeds.dtype), token_embeds], dim=-1))
-        return self.layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                          use_cache=cache is not None, position_embeddings=self.rotary_emb(x, position_ids))
+        rotary = self.rotary_emb(x, position_ids)
+        for layer in (self.layer, *self.more_layers):
+            x = layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                      use_cache=cache is not None, position_embeddings=rotary)
+        return x
 
     def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., K] logits over `output_ids`."""
@@ -165,7 +173,8 @@ class EagleDrafter:
             prefix_hidden = torch.zeros(max(0, len(prompt_ids) - 1), hidden, device=self.device)
         else:
             prefix_hidden = self._fused(prefix_hidden)
-        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64)])
+        layers = self.model.config.num_hidden_layers
+        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64) for _ in range(layers)])
         self.committed = 0
         self.pending_features = prefix_hidden[:-1]  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
         self.pending_tokens = [int(t) for t in prompt_ids[1:-1]]

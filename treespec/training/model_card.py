@@ -41,10 +41,14 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                    f"hidden states after layers {layers}, each through its final norm (EAGLE-3's low, mid and top features)")
         architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
                         f"{feature} and e the target's own token "
-                        "embedding (shared at run time, not stored), then one decoder layer ("
-                        + ("the start draft's" if cfg["draft"].get("init_from") else
-                           f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
-                           if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
+                        "embedding (shared at run time, not stored), then "
+                        + ("one decoder layer (" if c.num_hidden_layers == 1 else f"{c.num_hidden_layers} decoder layers (")
+                        + ("the start draft's" + ("" if c.num_hidden_layers == 1 else ", fresh ones below its depth")
+                           if cfg["draft"].get("init_from") else
+                           ("" if c.num_hidden_layers == 1 else "the first ")
+                           + (f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
+                              if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
+                           + ("" if c.num_hidden_layers == 1 else ", the others fresh"))
                         + (", then trained); its output estimates f_j.\n" if not layers else
                            ", then trained); its output is the feature it reads one tree level down.\n")
                         + f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")

@@ -172,9 +172,10 @@ def cosine_lr(step: int, total: int, warmup: int, peak: float, floor: float) -> 
 
 
 def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int | None = None,
-                           feature_layers: Sequence[int] = ()):
-    """An EAGLE head for a Llama-style target: one decoder layer (copied from the target's layer
-    `init_layer`, or freshly initialised when None: small updates, so the head starts close to h = f + e),
+                           feature_layers: Sequence[int] = (), layers: int = 1):
+    """An EAGLE head for a Llama-style target: `layers` decoder layers (the first copied from the target's layer
+    `init_layer`, or freshly initialised when None: small updates, so the head starts close to h = f + e; the
+    others always fresh, so that a head grown from a trained one starts close to it),
     the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to pass the feature
     through plus the token embedding. With `feature_layers` (target hidden-state indices, see
     treespec.eagle.target_features) the head is a fused one; its `fuse` starts as the selection of the
@@ -184,7 +185,7 @@ def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[i
     tcfg = target.config
     fields = {k: v for k, v in tcfg.to_dict().items()
               if k not in ("architectures", "model_type", "transformers_version", "_name_or_path", "quantization_config")}
-    fields.update(num_hidden_layers=1, tie_word_embeddings=False, output_token_ids=list(output_token_ids),
+    fields.update(num_hidden_layers=layers, tie_word_embeddings=False, output_token_ids=list(output_token_ids),
                   feature_layers=list(feature_layers), architectures=["EagleDraftModel"])
     head = EagleDraftModel(EagleDraftConfig(**fields))
     check_feature_layers(head.config, target)
@@ -208,8 +209,9 @@ def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[i
 
 def load_eagle_start(head, start) -> None:
     """Load a trained head's weights into `head`; a single-layer head may start a fused one, whose `fuse` keeps its
-    initialisation, and a head whose output vocabulary is a subset of `head`'s (a grown vocabulary) gives its LM-head
-    rows to its own tokens, the other rows keeping theirs (the target's). ValueError when the two heads do not fit."""
+    initialisation, a head with fewer decoder layers starts a deeper one (whose further layers keep theirs), and a
+    head whose output vocabulary is a subset of `head`'s (a grown vocabulary) gives its LM-head rows to its own
+    tokens, the other rows keeping theirs (the target's). ValueError when the two heads do not fit."""
     state = dict(start.state_dict())
     start_ids = [int(t) for t in start.config.output_token_ids]
     grown = start_ids != [int(t) for t in head.config.output_token_ids]
@@ -225,7 +227,9 @@ def load_eagle_start(head, start) -> None:
             head.lm_head.weight[[position[t] for t in start_ids]] = rows.to(head.lm_head.weight.dtype)
     missing, unexpected = head.load_state_dict(state, strict=False)
     allowed = ("fuse.", "lm_head.", "output_ids") if grown else ("fuse.",)
-    if unexpected or any(not key.startswith(allowed) for key in missing):
+    start_layers = start.config.num_hidden_layers
+    deeper = tuple(f"more_layers.{i - 1}." for i in range(start_layers, head.config.num_hidden_layers))
+    if unexpected or any(not key.startswith(allowed + deeper) for key in missing):
         raise ValueError(f"the heads do not fit: missing {missing}, unexpected {unexpected}")
 
 
