@@ -220,8 +220,8 @@ def test_vocab_grow_adds_the_most_frequent_tokens_a_started_head_lacks(tmp_path,
     assert deep.config.num_hidden_layers == 2 and len(deep.more_layers) == 1
     assert "2 decoder layers (the start draft's, fresh ones below its depth, then trained)" in (
         tmp_path / "kept" / "draft" / "README.md").read_text()
-    shallower = _train_draft(tmp_path / "shallower", tiny_target_dir, *common[:3], f"draft.init_from={tmp_path / 'kept' / 'draft'}",
-                             common[4])
+    shallower = _train_draft(tmp_path / "shallower", tiny_target_dir, *common[:3],
+                             f"draft.init_from={tmp_path / 'kept' / 'draft'}", common[4])
     assert shallower.returncode != 0 and "has 2 decoder layers, more than draft.eagle_layers=1" in shallower.stderr
     result = _train_draft(grown, tiny_target_dir, *common, "vocab.grow=true")
     assert result.returncode == 0, result.stderr[-3000:]
