@@ -26,9 +26,8 @@ from collections.abc import Sequence
 
 import torch
 from transformers import PreTrainedModel
-from transformers.cache_utils import Cache
 
-from treespec.cache import PreallocatedLayer, cache_length, commit_rows, new_cache, select_rows
+from treespec.cache import cache_length, commit_rows, new_cache, select_rows
 from treespec.draft import StepOutcome
 from treespec.eagle import EagleDraftModel, check_feature_layers
 from treespec.mask import additive
@@ -172,8 +171,7 @@ class BatchEagleDrafter(_BatchTreeDrafter):
         """prefix_hidden [B, W, F]: row b's first len(prompts[b]) - 1 entries are the target's features of
         prompts[b][:-1] (treespec.eagle.target_features); None or missing rows start from zero features."""
         hidden = self.model.config.hidden_size
-        layers = self.model.config.num_hidden_layers
-        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64) for _ in range(layers)])
+        self.cache = new_cache(self.model, self.max_length)
         self._begin(len(prompts))
         self.pending_tokens, self.pending_features, self.root_feature = [], [], []
         for b, prompt in enumerate(prompts):

@@ -3,10 +3,10 @@
 Draft position j consumes (f_{j-1}, x_j): the target's feature at the previous position (its last hidden
 state, after the final norm: what its LM head reads) and the embedding of token x_j (the target's own
 embedding table, shared at run time). `fc` fuses them (2H -> H), one Llama decoder layer (or
-`config.num_hidden_layers` of them, stacked) attends over the earlier positions, and the output h_j estimates
-f_j; an LM head over a reduced vocabulary turns h_j into
-logits for x_{j+1}. Inside a tree the head feeds its own h as the feature of a drafted node. After each
-verification the accepted tokens are re-encoded with the target's true features.
+`config.num_hidden_layers` of them, stacked) attends over the earlier positions, and the output h_j
+estimates f_j; an LM head over a reduced vocabulary turns h_j into logits for x_{j+1}. Inside a tree the
+head feeds its own h as the feature of a drafted node. After each verification the accepted tokens are
+re-encoded with the target's true features.
 
 A fused head (EAGLE-3's features, Li et al. 2025) lists target layers in `config.feature_layers`: its
 feature of an accepted position is `fuse` (one projection, k*H -> H) of the target's hidden states after
@@ -32,7 +32,7 @@ from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaPreTrainedModel, LlamaRotaryEmbedding
 
 from treespec import attention
-from treespec.cache import PreallocatedLayer, cache_length, commit
+from treespec.cache import cache_length, commit, new_cache
 from treespec.draft import StepOutcome
 from treespec.errors import ConfigError
 from treespec.mask import additive
@@ -173,8 +173,7 @@ class EagleDrafter:
             prefix_hidden = torch.zeros(max(0, len(prompt_ids) - 1), hidden, device=self.device)
         else:
             prefix_hidden = self._fused(prefix_hidden)
-        layers = self.model.config.num_hidden_layers
-        self.cache = Cache(layers=[PreallocatedLayer(self.max_length + 64) for _ in range(layers)])
+        self.cache = new_cache(self.model, self.max_length)
         self.committed = 0
         self.pending_features = prefix_hidden[:-1]  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
         self.pending_tokens = [int(t) for t in prompt_ids[1:-1]]

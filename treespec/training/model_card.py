@@ -39,16 +39,18 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
         feature = ("target's feature (last hidden state after its final norm)" if not layers else
                    f"fused target feature: one projection ({len(layers)}x{c.hidden_size} -> {c.hidden_size}) of the target's "
                    f"hidden states after layers {layers}, each through its final norm (EAGLE-3's low, mid and top features)")
+        one = c.num_hidden_layers == 1
+        if cfg["draft"].get("init_from"):
+            origin = "the start draft's" + ("" if one else ", fresh ones below its depth")
+        else:
+            init_layer = cfg["draft"]["eagle_init_layer"]
+            origin = (("" if one else "the first ")
+                      + (f"copied from the target's layer {init_layer}" if init_layer is not None else "freshly initialised")
+                      + ("" if one else ", the others fresh"))
+        decoder = f"one decoder layer ({origin}" if one else f"{c.num_hidden_layers} decoder layers ({origin}"
         architecture = (f"- At draft position j: fc([f_(j-1), e(x_j)]) (2x{c.hidden_size} -> {c.hidden_size}) with f the "
                         f"{feature} and e the target's own token "
-                        "embedding (shared at run time, not stored), then "
-                        + ("one decoder layer (" if c.num_hidden_layers == 1 else f"{c.num_hidden_layers} decoder layers (")
-                        + ("the start draft's" + ("" if c.num_hidden_layers == 1 else ", fresh ones below its depth")
-                           if cfg["draft"].get("init_from") else
-                           ("" if c.num_hidden_layers == 1 else "the first ")
-                           + (f"copied from the target's layer {cfg['draft']['eagle_init_layer']}"
-                              if cfg["draft"]["eagle_init_layer"] is not None else "freshly initialised")
-                           + ("" if c.num_hidden_layers == 1 else ", the others fresh"))
+                        f"embedding (shared at run time, not stored), then {decoder}"
                         + (", then trained); its output estimates f_j.\n" if not layers else
                            ", then trained); its output is the feature it reads one tree level down.\n")
                         + f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
