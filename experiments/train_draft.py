@@ -105,6 +105,7 @@ class SelfPromptSpec:
 class TeacherSpec:
     keep_top: int = 20
     tokens_per_batch: int = 4096
+    dtype: str = "float32"  # the target's precision when teacher forcing: float32, bfloat16 or auto (bf16 where fast)
 
 
 @dataclass
@@ -199,12 +200,18 @@ def corpus_header(cfg: DictConfig, vocab_size: int) -> dict:
             "modes": [{"name": m.name, "temperature": m.temperature, "weight": m.weight} for m in cfg.generate.modes]}
 
 
-def generation_precision(name: str) -> str:
+def generation_precision(name: str, key: str = "generate.dtype") -> str:
+    """float32 or bfloat16: `name` itself, or for auto bf16 where this CPU runs it fast."""
     if name == "auto":
         return "bfloat16" if corpus.cpu_has_fast_bf16() else "float32"
     if name not in ("float32", "bfloat16"):
-        raise ConfigError(f"generate.dtype must be auto, float32 or bfloat16, got '{name}'")
+        raise ConfigError(f"{key} must be auto, float32 or bfloat16, got '{name}'")
     return name
+
+
+def teacher_precision(cfg: DictConfig) -> str:
+    """teacher.dtype resolved on this machine: float32 or bfloat16."""
+    return generation_precision(cfg.teacher.dtype, "teacher.dtype")
 
 
 def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
@@ -446,11 +453,14 @@ def shard_provenance(cfg: DictConfig, row_modes: list[str], modes: dict, precisi
 
 
 def teacher_file(run: Path, entry: dict, keep_top: int, features: bool, layers: tuple[int, ...] = (),
-                 part: str = "") -> Path:
-    """The run's cache of one shard's teacher pass, named by the corpus part, the shard's hash and what was computed."""
+                 part: str = "", precision: str = "float32") -> Path:
+    """The run's cache of one shard's teacher pass, named by the corpus part, the shard's hash and what was computed
+    (in which precision: fp32 caches keep the names they had before teacher.dtype existed)."""
     suffix = f"top{keep_top}" + (".features" if features else "")
     if features and layers:  # a fused head's features
         suffix += "-" + "-".join(map(str, layers))
+    if precision != "float32":
+        suffix += ".bf16"
     prefix = f"{part}." if part else ""
     return run / "teacher" / f"{prefix}{Path(entry['file']).stem}.{entry['sha256'][:16]}.{suffix}.pt"
 
@@ -488,18 +498,20 @@ def corpus_parts(cfg: DictConfig, run: Path, tokenizer) -> list[CorpusPart]:
 def stage_teacher(cfg: DictConfig, run: Path, parts: list[CorpusPart], pad: int) -> None:
     """Soft targets (and, for an EAGLE draft, features) of every corpus shard, by teacher forcing."""
     features, layers = cfg.draft.kind == "eagle", tuple(cfg.draft.eagle_feature_layers)
+    precision = teacher_precision(cfg)
     (run / "teacher").mkdir(exist_ok=True)
     todo = [(part, e) for part in parts for e in part.manifest["shards"]
-            if not teacher_file(run, e, cfg.teacher.keep_top, features, layers, part.name).exists()]
+            if not teacher_file(run, e, cfg.teacher.keep_top, features, layers, part.name, precision).exists()]
     if not todo:
         return
-    target = load_model(cfg.target)
+    target = load_model(cfg.target).to(getattr(torch, precision))
+    log.info("teacher forcing %d shards with the target in %s", len(todo), precision)
     for part, entry in tqdm(todo, desc="teacher", unit="shard"):
         pairs = corpus.records(corpus.read_shard(part.directory / entry["file"]))
         out = distill_data.teacher_pass(target, [torch.from_numpy(ids) for ids, _ in pairs], [p for _, p in pairs],
                                         keep_top=cfg.teacher.keep_top, features=features, feature_layers=layers,
                                         tokens_per_batch=cfg.teacher.tokens_per_batch, pad_token_id=pad)
-        path = teacher_file(run, entry, cfg.teacher.keep_top, features, layers, part.name)
+        path = teacher_file(run, entry, cfg.teacher.keep_top, features, layers, part.name, precision)
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save({"top_ids": out.top_ids, "top_logprobs": out.top_logprobs, "features": out.features}, tmp)
         tmp.rename(path)
@@ -510,7 +522,7 @@ def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
     index order; `part` holds each record's part name."""
     if not parts[0].manifest["shards"]:
         raise FileNotFoundError(f"the corpus {parts[0].directory} has no shards: run the generate stage first")
-    features = cfg.draft.kind == "eagle"
+    features, precision = cfg.draft.kind == "eagle", teacher_precision(cfg)
     data: dict[str, list] = {"part": [], "top_ids": [], "top_logprobs": [], **({"features": []} if features else {})}
     for part in parts:
         loaded = corpus.load(part.directory, part.manifest, [m["name"] for m in part.manifest["modes"]], part.categories)
@@ -519,7 +531,7 @@ def load_data(cfg: DictConfig, run: Path, parts: list[CorpusPart]) -> dict:
         data["part"] += [part.name] * len(loaded["input_ids"])
         for entry in sorted(part.manifest["shards"], key=lambda e: e["prompts"]["start"]):
             path = teacher_file(run, entry, cfg.teacher.keep_top, features, tuple(cfg.draft.eagle_feature_layers),
-                                part.name)
+                                part.name, precision)
             if not path.exists():
                 raise ConfigError(f"{path.name} is missing: run the teacher stage")
             cached = torch.load(path, mmap=True)  # features stay on disk (page cache): the corpus can outgrow RAM
@@ -728,6 +740,7 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
         "corpus": summaries[0],
         "self_prompts": next((totals for part, totals in zip(parts, summaries) if part.name == SELF), None),
         "followups": next((totals for part, totals in zip(parts, summaries) if part.name == FOLLOWUPS), None),
+        "teacher_precision": teacher_precision(cfg),
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
         "train_machine": corpus.machine()["cpu"],  # where the export ran: the training's machine unless resumed elsewhere

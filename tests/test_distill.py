@@ -13,6 +13,7 @@ import torch
 from conftest import tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from treespec.errors import ConfigError
 from treespec.models import DEFAULT_TARGET, load_model, load_tokenizer
 from treespec.training import corpus, distill_data, train
 
@@ -430,6 +431,32 @@ def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_
     assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
     assert [p.name for p in train_draft.corpus_parts(_config(tiny_target_dir, store, "self_prompts.train=false"), run,
                                                      tokenizer)] == [""]
+
+
+def test_a_bf16_teacher_pass_has_a_cache_of_its_own(tmp_path, tiny_target_dir):
+    import train_draft
+
+    store, run = tmp_path / "corpus", tmp_path / "run"
+    _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32", "generate.prompts=3")
+    tokenizer = load_tokenizer(tiny_target_dir)
+    pad = train_draft.special_ids(tokenizer)[1]
+    fp32, bf16 = (_config(tiny_target_dir, store, "draft.kind=eagle", f"teacher.dtype={d}") for d in ("float32", "bfloat16"))
+    parts = train_draft.corpus_parts(bf16, run, tokenizer)
+    train_draft.stage_teacher(bf16, run, parts, pad)
+    assert [p.name for p in (run / "teacher").iterdir()] == ["p000000-000003." + parts[0].manifest["shards"][0]["sha256"][:16]
+                                                             + ".top20.features.bf16.pt"]
+    with pytest.raises(ConfigError, match="missing: run the teacher stage"):
+        train_draft.load_data(fp32, run, parts)  # an fp32 run never reads the bf16 cache
+    rounded = train_draft.load_data(bf16, run, parts)
+    train_draft.stage_teacher(fp32, run, parts, pad)
+    exact = train_draft.load_data(fp32, run, parts)
+    assert len(list((run / "teacher").iterdir())) == 2
+    for low, high in zip(rounded["features"], exact["features"]):  # the same features, to bf16's 8 bits of mantissa
+        assert low.shape == high.shape and torch.allclose(low.float(), high.float(), rtol=0.05, atol=0.05)
+    for low, high in zip(rounded["top_logprobs"], exact["top_logprobs"]):
+        assert (low.float() - high.float()).abs().max() < 0.1
+    with pytest.raises(ConfigError, match="teacher.dtype must be auto, float32 or bfloat16, got 'float16'"):
+        train_draft.stage_teacher(_config(tiny_target_dir, store, "teacher.dtype=float16"), run, parts, pad)
 
 
 def test_no_shard_starts_after_max_hours(caplog):

@@ -108,7 +108,8 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
   {summary['generation_seconds'] / 3600:.2f} h of generation{' in all' if in_all else ''} in \
 {', '.join(summary['corpus']['precision'])} on
   {'; '.join(summary['corpus']['machines'])}). The target's top-{cfg['teacher']['keep_top']} log-probabilities
-  at every answer position were recomputed from them by teacher forcing.{parts}
+  at every answer position were recomputed from them by teacher forcing\
+{' (the target in bf16)' if summary.get('teacher_precision') == 'bfloat16' else ''}.{parts}
 
 ## Architecture
 {architecture}
