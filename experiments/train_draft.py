@@ -136,6 +136,7 @@ class TrainSpec:
     tokens_per_batch: int = 6144
     epochs: int = 3
     max_steps: Optional[int] = None
+    dtype: str = "float32"  # the training forward: float32, bfloat16 (CPU autocast) or auto (bf16 where fast)
     lr: float = 1e-3
     min_lr: float = 5e-5
     warmup_steps: int = 50
@@ -212,6 +213,12 @@ def generation_precision(name: str, key: str = "generate.dtype") -> str:
 def teacher_precision(cfg: DictConfig) -> str:
     """teacher.dtype resolved on this machine: float32 or bfloat16."""
     return generation_precision(cfg.teacher.dtype, "teacher.dtype")
+
+
+def train_precision(cfg: DictConfig) -> str:
+    """train.dtype resolved on this machine: float32, or bfloat16 for the training forward under autocast (weights,
+    optimizer, losses' softmax and held-out evaluation stay float32)."""
+    return generation_precision(cfg.train.dtype, "train.dtype")
 
 
 def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
@@ -665,6 +672,7 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     if step >= total:
         return model
 
+    autocast = train_precision(cfg) == "bfloat16"
     with open(run / "train_log.jsonl", "a") as log_file:
         if step == 0:
             metrics = evaluate(trainee, held_set, data.get("part"))
@@ -682,7 +690,8 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
                 lr = train.cosine_lr(step, total, t.warmup_steps, t.lr, t.min_lr)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                loss = trainee.forward(chunk)[0]
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = trainee.forward(chunk)[0]
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(parameters, t.grad_clip)
@@ -741,6 +750,7 @@ def stage_export(cfg: DictConfig, run: Path, draft: torch.nn.Module, data: dict,
         "self_prompts": next((totals for part, totals in zip(parts, summaries) if part.name == SELF), None),
         "followups": next((totals for part, totals in zip(parts, summaries) if part.name == FOLLOWUPS), None),
         "teacher_precision": teacher_precision(cfg),
+        "train_precision": train_precision(cfg),
         "train_steps": log_rows[-1]["step"],
         "train_seconds": round(sum(r.get("seconds", 0) for r in log_rows), 1),
         "train_machine": corpus.machine()["cpu"],  # where the export ran: the training's machine unless resumed elsewhere

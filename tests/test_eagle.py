@@ -308,8 +308,8 @@ def test_unrolled_levels_are_what_nodes_below_the_root_compute(heads, request):
                                            rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("unroll", [3, 4])
-def test_fused_training_pieces_learn_on_tokens(unroll):
+def _fused_training_data():
+    """A tiny target's answers with fused features: (target, features, examples, their batch, vocab)."""
     target = tiny_model("llama", seed=0, vocab=32, layers=3)
     prompts = [[(7 * i + j) % 32 for j in range(4)] for i in range(10)]
     records = distill_data.answer_batch(target, prompts, temperature=1.0, max_new_tokens=10, keep_top=8,
@@ -317,8 +317,7 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
     shard = {k: [r[k] for r in records] for k in records[0]}
     shard["mode"] = ["greedy", "t1"] * (len(records) // 2)  # (the greedy ones make the P_1 estimate)
     features = distill_data.target_features(target, shard["input_ids"], feature_layers=FUSED)
-    hidden = target.config.hidden_size
-    assert features[0].shape[-1] == 3 * hidden
+    assert features[0].shape[-1] == 3 * target.config.hidden_size
     forced = distill_data.teacher_pass(target, shard["input_ids"], shard["prompt_len"], keep_top=8, features=True,
                                        feature_layers=FUSED)
     for a, b in zip(forced.features, features):
@@ -326,7 +325,13 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
     vocab = list(range(32))
     examples = train.make_examples(shard, vocab, max_len=64)
     batch = train.collate_eagle(examples, [features[e.index] for e in examples], pad_id=0)
-    assert batch.features.shape[-1] == 3 * hidden
+    assert batch.features.shape[-1] == 3 * target.config.hidden_size
+    return target, features, examples, batch, vocab
+
+
+@pytest.mark.parametrize("unroll", [3, 4])
+def test_fused_training_pieces_learn_on_tokens(unroll):
+    target, features, examples, batch, vocab = _fused_training_data()
     head = train.init_eagle_from_target(target, vocab, feature_layers=FUSED)
     embed = target.get_input_embeddings()
     losses, logits, parts = _train_steps(head, embed, batch, unroll)
@@ -345,6 +350,31 @@ def test_fused_training_pieces_learn_on_tokens(unroll):
     assert set(metrics) == set(first) | {f"{key}_level{d}" for key in ("agree_top1", "target_in_top4", "greedy_agree_top1")
                                          for d in range(2, unroll + 1)}
     assert {k: metrics[k] for k in first} == first and 0 <= metrics[f"agree_top1_level{unroll}"] <= 1
+
+
+def test_fused_training_forward_in_bf16_autocast_is_the_fp32_one_rounded():
+    """train.dtype=bfloat16 runs the training forward under CPU autocast: the loss and the gradients of the fp32
+    weights are the fp32 ones to bf16 rounding (no -inf mask turned into NaN, nothing left in bf16)."""
+    target, _, _, batch, vocab = _fused_training_data()
+    torch.manual_seed(3)
+    head = train.init_eagle_from_target(target, vocab, feature_layers=FUSED)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    embed = target.get_input_embeddings()
+    losses, grads = [], []
+    for autocast in (False, True):
+        head.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss, logits, _ = train.eagle_loss(head, embed, batch, unroll=3)
+        loss.backward()
+        assert loss.dtype == torch.float32 and torch.isfinite(logits.float()).all()
+        assert logits.dtype == (torch.bfloat16 if autocast else torch.float32)  # autocast did run the head in bf16
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in head.parameters() if p.grad is not None]))
+        assert all(p.dtype == torch.float32 for p in head.parameters())
+    assert abs(losses[1] - losses[0]) < 0.02 * losses[0]
+    assert torch.isfinite(grads[1]).all() and torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
 
 
 def test_unrolled_mask_of_level_2_is_the_former_one():
