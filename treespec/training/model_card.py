@@ -118,7 +118,8 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
 ## Training
 {start}{objective}; AdamW (lr {cfg['train']['lr']}, cosine to {cfg['train']['min_lr']}), about
 {cfg['train']['tokens_per_batch']} tokens per batch, {summary['train_steps']} steps
-({summary['train_seconds'] / 3600:.2f} h on {summary['train_machine']}, {summary['train_threads']} torch threads{', the forward in bf16 autocast' if summary.get('train_precision') == 'bfloat16' else ''}).
+({summary['train_seconds'] / 3600:.2f} h on {summary['train_machine']}, {summary['train_threads']} torch threads\
+{', the forward in bf16 autocast' if summary.get('train_precision') == 'bfloat16' else ''}).
 Held-out answers ({100 * cfg['train']['holdout_fraction']:.0f}%, teacher-forced): top-1 agreement with the target
 {heldout.get('agree_top1', float('nan')):.4f} (greedy answers {heldout.get('greedy_agree_top1', float('nan')):.4f}),
 target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan')):.4f}.{levels}{by_part}
