@@ -201,8 +201,9 @@ def corpus_header(cfg: DictConfig, vocab_size: int) -> dict:
             "modes": [{"name": m.name, "temperature": m.temperature, "weight": m.weight} for m in cfg.generate.modes]}
 
 
-def generation_precision(name: str, key: str = "generate.dtype") -> str:
-    """float32 or bfloat16: `name` itself, or for auto bf16 where this CPU runs it fast."""
+def resolve_precision(name: str, key: str = "generate.dtype") -> str:
+    """A dtype key (generate, teacher or train) resolved: float32 or bfloat16 as given, or for auto bf16 where this
+    CPU runs it fast."""
     if name == "auto":
         return "bfloat16" if corpus.cpu_has_fast_bf16() else "float32"
     if name not in ("float32", "bfloat16"):
@@ -212,13 +213,13 @@ def generation_precision(name: str, key: str = "generate.dtype") -> str:
 
 def teacher_precision(cfg: DictConfig) -> str:
     """teacher.dtype resolved on this machine: float32 or bfloat16."""
-    return generation_precision(cfg.teacher.dtype, "teacher.dtype")
+    return resolve_precision(cfg.teacher.dtype, "teacher.dtype")
 
 
 def train_precision(cfg: DictConfig) -> str:
     """train.dtype resolved on this machine: float32, or bfloat16 for the training forward under autocast (weights,
     optimizer, losses' softmax and held-out evaluation stay float32)."""
-    return generation_precision(cfg.train.dtype, "train.dtype")
+    return resolve_precision(cfg.train.dtype, "train.dtype")
 
 
 def open_run_corpus(cfg: DictConfig, run: Path, tokenizer) -> tuple[Path, dict]:
@@ -411,7 +412,7 @@ def special_ids(tokenizer) -> tuple[int, int]:
 def generators(cfg: DictConfig) -> tuple[torch.nn.Module, torch.nn.Module, str]:
     """(the target in fp32, the model that generates: the target or its bf16 copy, that precision's name)."""
     target = load_model(cfg.target)
-    precision = generation_precision(cfg.generate.dtype)
+    precision = resolve_precision(cfg.generate.dtype)
     return target, (target if precision == "float32" else copy.deepcopy(target).to(torch.bfloat16)), precision
 
 
