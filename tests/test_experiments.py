@@ -10,6 +10,7 @@ import batch_sweep
 import bench  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import build_tree
 import measure_acceptance
+import position_agreement
 import profile_latency
 import pytest
 import run
@@ -27,7 +28,8 @@ SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
            "measure_acceptance_schema": measure_acceptance.MeasureAcceptanceSchema,
            "profile_latency_schema": profile_latency.ProfileLatencySchema,
            "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema,
-           "batch_sweep_schema": batch_sweep.BatchSweepSchema}
+           "batch_sweep_schema": batch_sweep.BatchSweepSchema,
+           "position_agreement_schema": position_agreement.PositionAgreementSchema}
 
 
 def _compose(name, overrides=()):
@@ -44,7 +46,8 @@ def test_every_experiment_config_composes(experiment):
 
 @pytest.mark.parametrize("name, overrides", [("run", []), ("bench", []), ("generate", []), ("measure_acceptance", []),
                                              ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"]),
-                                             ("batch_sweep", []), ("bench_plan", [])])
+                                             ("batch_sweep", []), ("bench_plan", []),
+                                             ("position_agreement", [])])
 def test_every_app_config_composes(name, overrides):
     cfg = _compose(name, overrides)
     assert cfg.model.target if "model" in cfg else cfg.acceptance_file
@@ -129,6 +132,18 @@ def test_acceptance_latency_tree_pipeline(tmp_path):
     _app("run.py", "experiment=smoke", "tree=file", f"tree.file={tmp_path / 'tree' / 'tree.yaml'}",
          f"hydra.run.dir={tmp_path / 'run'}")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["policy"]["budget"] == tree["size"]
+
+
+def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
+    common = ["model=tiny", "data=pool", "data.limit=2", "max_new_tokens=12", "width=3", "depth=2", "threads=1"]
+    _app("measure_acceptance.py", *common, f"hydra.run.dir={tmp_path / 'acc'}")
+    result = _app("position_agreement.py", *common, f"hydra.run.dir={tmp_path / 'pos'}")
+    measured = yaml.safe_load((tmp_path / "acc" / "acceptance.yaml").read_text())
+    report = yaml.safe_load((tmp_path / "pos" / "position_agreement.yaml").read_text())
+    assert report["walk_p1_by_depth"] == [round(row[0], 4) for row in measured["matrix"]]
+    assert report["walk_passes"] == measured["settings"]["target_passes"] and report["settings"]["prompts"] == 2
+    assert len(report["agreement_by_depth"]) == 2 and report["in_draft_vocabulary"] == 1.0
+    assert "where passes start" in result.stdout
 
 
 def test_bench_on_tiny_models(tmp_path):

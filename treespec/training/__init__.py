@@ -7,6 +7,7 @@
     draft_model   the plain causal-LM draft architecture (factorised embedding, reduced output vocabulary)
     train         losses, batching and initialisation for the plain draft and the EAGLE head
     model_card    the trained draft's README.md, written from its training summary
+    position_agreement  a draft's teacher-forced agreement where decoding passes start and elsewhere
 
 Importing this package is cheap; `experiments/train_draft.py` drives the stages.
 """
