@@ -2,10 +2,11 @@
 
 A training run reports teacher-forced agreement averaged over every answer position; `measure_acceptance`
 reports P_1 where the passes of a spine-tree decode start, right after a token the draft did not foresee or
-after a fully accepted path. Those positions are harder than the average one, so the second figure is the
-lower. This module replays a greedy spine-tree decode from teacher-forced proposals (`spine_walk`: its
-counts are `measure_acceptance`'s for the same draft, prompt and length) and splits the teacher-forced
-agreement into the positions where passes start and the others, so that both views come from one run.
+after a fully accepted path. Those positions are harder than the average one, so at depth 1 the second figure
+is the lower (deeper it is the higher: a pass reaches depth 2 only through an accepted depth 1). This module
+replays a greedy spine-tree decode from teacher-forced proposals (`spine_walk`: its counts are
+`measure_acceptance`'s for the same draft, prompt and length) and splits the teacher-forced agreement into the
+positions where passes start and the others, so that both views come from one run.
 
 Conventions: a sequence x_0 .. x_{L-1}; `proposals[d-1, i]` are the draft's `width` most likely tokens for
 position i drafted at depth d, that is from the root x_{i-d} with the target's own tokens x_{i-d+1} ..
