@@ -66,14 +66,19 @@ def count_outcomes(generations: Sequence[Generation], width: int, depth: int) ->
     observed = np.zeros(depth, dtype=np.int64)
     for generation in generations:
         for step in generation.steps[:-1]:
-            ranks = step.accepted_ranks
-            for d in range(depth):  # observation at depth d + 1
-                if step.tree_depth < d + 2 or any(r != 0 for r in ranks[:d]) or len(ranks) < d:
-                    break
-                observed[d] += 1
-                if len(ranks) > d:
-                    counts[d, ranks[d]] += 1
+            add_step_outcome(counts, observed, step.accepted_ranks, step.tree_depth)
     return counts, observed
+
+
+def add_step_outcome(counts: np.ndarray, observed: np.ndarray, ranks: Sequence[int], tree_depth: int) -> None:
+    """Count one spine-tree step into counts [depth, width] and observations [depth], in place: `ranks` the accepted
+    sibling ranks by depth, `tree_depth` the drafted tree's levels including the root."""
+    for d in range(len(observed)):  # observation at depth d + 1
+        if tree_depth < d + 2 or any(r != 0 for r in ranks[:d]) or len(ranks) < d:
+            break
+        observed[d] += 1
+        if len(ranks) > d:
+            counts[d, ranks[d]] += 1
 
 
 def measure_acceptance(

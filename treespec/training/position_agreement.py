@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from treespec.acceptance import add_step_outcome
 from treespec.eagle import EagleDraftModel, target_features
 
 
@@ -48,11 +49,11 @@ def spine_walk(proposals: torch.Tensor, tokens: torch.Tensor, root: int, new_tok
         raise ValueError(f"tokens holds {len(tokens)} ids, fewer than root {root} + 1 + {new_tokens} new tokens")
     counts = np.zeros((depth, width), dtype=np.int64)
     observations = np.zeros(depth, dtype=np.int64)
-    steps: list[tuple[int, list[int]]] = []
-    end, produced, r = root + new_tokens, 0, root
-    while produced < new_tokens:
-        ranks = []
-        for d in range(1, min(depth, max_new_tokens - produced - 1) + 1):
+    steps: list[tuple[int, list[int], int]] = []  # (root position, accepted ranks, drafted levels) per pass
+    end, r = root + new_tokens, root
+    while r < end:  # r - root tokens produced so far
+        ranks, levels = [], min(depth, max_new_tokens - (r - root) - 1)
+        for d in range(1, levels + 1):
             i = r + d
             if i > end:  # beyond the generation's EOS: only in its last pass, which is not counted
                 break
@@ -62,19 +63,11 @@ def spine_walk(proposals: torch.Tensor, tokens: torch.Tensor, root: int, new_tok
             ranks.append(int(hits[0]))
             if ranks[-1] != 0:
                 break
-        steps.append((r, ranks))
-        produced += len(ranks) + 1
+        steps.append((r, ranks, levels))
         r += len(ranks) + 1
-    roots = []
-    for r, ranks in steps[:-1]:
-        roots.append(r)
-        levels = min(depth, max_new_tokens - (r - root) - 1)
-        for d in range(levels):
-            if any(k != 0 for k in ranks[:d]) or len(ranks) < d:
-                break
-            observations[d] += 1
-            if len(ranks) > d:
-                counts[d, ranks[d]] += 1
+    for _, ranks, levels in steps[:-1]:
+        add_step_outcome(counts, observations, ranks, levels + 1)
+    roots = [r for r, _, _ in steps[:-1]]
     return SpineWalk(roots, counts, observations, len(steps), new_tokens)
 
 
@@ -99,7 +92,7 @@ def teacher_forced_proposals(target: PreTrainedModel, draft: PreTrainedModel, to
         for d, hidden in enumerate(levels, start=1):  # level d at input index j drafts x_{j+2} from the root x_{j-d+2}
             top = draft.reduced_logits(hidden[0]).topk(min(width, len(draft.output_ids)), dim=-1).indices
             ids = draft.output_ids[top]  # [L-1, w]
-            out[d - 1, 2 + d - 1:, : ids.shape[1]] = ids[d - 1: length - 2]
+            out[d - 1, d + 1:, : ids.shape[1]] = ids[d - 1: length - 2]
     else:
         top = draft(tokens[None]).logits[0].topk(width, dim=-1).indices  # row i-1 drafts x_i
         for d in range(1, depth + 1):
