@@ -76,7 +76,7 @@ class BenchSchema:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"  # or auto: fp32 or bf16 per model, by measurement (hardware=auto)
-    layout: str = "auto"  # auto (measured) | standard | transposed
+    layout: str = "auto"  # auto (measured) | standard | transposed | onednn | hybrid:<rows> | packed:<rows>
     threads: int = 0
     batch_size: int = 1  # > 1: prompts in groups of B, decoded as one batch by every method
     target: str = "${model.target}"

@@ -39,7 +39,7 @@ class ProfileLatencySchema:
     install: bool = False
     device: str = "auto"
     dtype: str = "float32"  # or auto: fp32 and (where fast) bf16 measured, per model
-    layout: str = "auto"  # auto: both weight layouts measured on a CPU | standard | transposed
+    layout: str = "auto"  # auto: all measured on a CPU | standard | transposed | onednn | hybrid:<rows> | packed:<rows>
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"

@@ -64,7 +64,7 @@ class RunSchema:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"  # or auto: fp32 or bf16 per model, by measurement (hardware=auto)
-    layout: str = "auto"  # auto (measured) | standard | transposed
+    layout: str = "auto"  # auto (measured) | standard | transposed | onednn | hybrid:<rows> | packed:<rows>
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     batch_size: int = 1  # > 1: decode the prompts B at a time with treespec.generate_batch
     target: str = "${model.target}"

@@ -123,8 +123,8 @@ def test_the_report_names_the_machine_and_the_profile_origin(tmp_path):
     rows, again = report(first.stdout), report(second.stdout)
     assert rows["hardware profile"].startswith("measured now") and again["hardware profile"].startswith("cached from")
     assert rows["device"].startswith("cpu") and rows["device"] == again["device"]
-    layout = r"(standard|transposed|hybrid:\d+|packed:\d+(-\d+)?)"  # whichever this machine measured fastest
-    assert re.match(rf"target float32 {layout}, draft float32 (standard|transposed)$", rows["dtype, layout"])
+    layout = r"(standard|transposed|onednn|hybrid:\d+|packed:\d+(-\d+)?)"  # whichever this machine measured fastest
+    assert re.match(rf"target float32 {layout}, draft float32 (standard|transposed|onednn)$", rows["dtype, layout"])
     assert rows["dtype, layout"] == again["dtype, layout"]
 
 

@@ -41,6 +41,7 @@ def pair():
 def test_measured_once_then_cached(cache_dir, count_measurements, monkeypatch):
     monkeypatch.setattr(hardware, "crossover", lambda standard, other: None)  # no hybrid (timing noise)
     monkeypatch.setattr(hardware, "packing_available", lambda: False)  # no packed layouts
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)  # nor the oneDNN one (test_layouts)
     target, draft = pair()
     _, _, first = auto_profile(target, draft, **FAST)
     measured = len(count_measurements)
@@ -145,6 +146,7 @@ def test_the_hybrid_layout_is_measured_where_the_layouts_cross_and_kept(cache_di
 
     monkeypatch.setattr(hardware, "measure_latency", measure)
     monkeypatch.setattr(hardware, "packing_available", lambda: False)  # the packed layouts: test_layouts
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)  # and the oneDNN one
     target, draft = pair()
     accept = [0.9, 0.05]  # deep chains pay: the 4- and 8-token passes decide
     target, draft, resolved = auto_profile(target, draft, acceptance=accept, **FAST)

@@ -1,5 +1,6 @@
 """Weight layouts (treespec.layouts): every layout keeps the model's values, two-copy layouts dispatch by row count,
-the packed layout's guards (MKL, fp32, memory budget), and auto_profile's choice among them (timings faked)."""
+the packed and oneDNN layouts' guards (MKL or oneDNN, dtype, memory budget), and auto_profile's choice among them
+(timings faked)."""
 
 import pytest
 import torch
@@ -9,9 +10,10 @@ import treespec
 from treespec import hardware, layouts, policies
 from treespec.errors import ConfigError
 from treespec.latency import LatencyProfile
-from treespec.layouts import HybridLinear, PackedLinear, extra_bytes, linear_layout, set_linear_layout
+from treespec.layouts import HybridLinear, OneDNNLinear, PackedLinear, extra_bytes, linear_layout, set_linear_layout
 
 needs_mkl = pytest.mark.skipif(not layouts.packing_available(), reason="this torch build has no MKL")
+needs_onednn = pytest.mark.skipif(not layouts.onednn_available(), reason="this torch build has no oneDNN")
 FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
 
 
@@ -101,14 +103,72 @@ def test_the_packed_layout_refuses_what_it_cannot_hold(monkeypatch):
         set_linear_layout(tiny_model("llama", seed=0), "packed")
 
 
-def fake_profiles(monkeypatch, fake):
-    """auto_profile's measurements replaced by `fake[layout]` target timings."""
+@needs_onednn
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_onednn_linear_keeps_the_values_at_every_row_count(monkeypatch, dtype):
+    """Every linear layer multiplies through the reordered copy (F.linear is never called), single sequences and
+    batches alike; the logits match the standard layout's to float rounding; the copy is not part of the state."""
+    model = tiny_model("llama", seed=0).to(dtype)
+    ids = torch.tensor([[1, 5, 9, 3, 7], [2, 4, 6, 8, 10]])
+    tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    with torch.no_grad():
+        reference = {n: model(ids[:, :n]).logits for n in (1, 3, 5)}
+        set_linear_layout(model, "onednn")
+        assert all(isinstance(m, OneDNNLinear) for m in model.modules() if isinstance(m, torch.nn.Linear))
+        assert linear_layout(model) == "onednn" and "weight_onednn" not in str(list(model.state_dict()))
+        assert extra_bytes(model) == sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+                                         if isinstance(m, torch.nn.Linear))
+        used = count_f_linear(monkeypatch)
+        for n, expected in reference.items():
+            torch.testing.assert_close(model(ids[:, :n]).logits, expected, **tolerance)
+            torch.testing.assert_close(model(ids[1:, :n]).logits, expected[1:], **tolerance)
+        assert used == []
+    set_linear_layout(model, "hybrid:2")  # from one two-copy layout to another: the reordered copy is dropped
+    assert linear_layout(model) == "hybrid:2" and not any(isinstance(m, OneDNNLinear) for m in model.modules())
+    set_linear_layout(model, "standard")
+    assert extra_bytes(model) == 0 and layouts.parse_layout("onednn") == ("onednn", None, None)
+
+
+def test_onednn_layout_guards(monkeypatch):
+    if layouts.onednn_available():
+        with pytest.raises(ConfigError, match="fp32 or bf16"):
+            set_linear_layout(tiny_model("llama", seed=0).half(), "onednn")
+    monkeypatch.setattr(layouts, "onednn_available", lambda: False)
+    with pytest.raises(ConfigError, match="oneDNN"):
+        set_linear_layout(tiny_model("llama", seed=0), "onednn")
+    for bad in ("onednn:4", "oneDNN"):
+        with pytest.raises(ConfigError, match="layout"):
+            layouts.parse_layout(bad)
+
+
+@needs_onednn
+def test_greedy_parity_with_onednn_weights():
+    """Both models in the oneDNN layout: trees (one sequence and a batch) decode exactly as transformers' greedy
+    decoding of the same target, one token per pass."""
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    set_linear_layout(target, "onednn"), set_linear_layout(draft, "onednn")
+    prompt = [3, 17, 5, 9]
+    out = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), max_new_tokens=20,
+                          do_sample=False, pad_token_id=0)
+    expected = out[0, 4:].tolist()
+    for tree in (policies.Chain(4), policies.KAry([3, 2]), policies.Dynamic(budget=8, depth=4, topk=2)):
+        assert treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=20).tokens == expected
+    batch = treespec.generate_batch(target, draft, [prompt, [42, 7]], tree=policies.Chain(3).shape, max_new_tokens=20)
+    assert batch[0].tokens == expected
+
+
+def fake_profiles(monkeypatch, fake, draft_fake=None, onednn=False):
+    """auto_profile's measurements replaced by `fake[layout]` target timings and `draft_fake[layout]` draft level
+    timings (1.0 ms at every width without it); the oneDNN layout is measured only with `onednn`."""
     def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        if sizes == (1,) and draft_fake is not None:  # a draft candidate (timed with sizes (1,))
+            return LatencyProfile({1: 10.0}, 1.0, {}, {w: draft_fake[linear_layout(draft)] for w in draft_widths})
         layout = linear_layout(target)
         return LatencyProfile(fake[layout], 1.0, {"layout": layout}, {w: 1.0 for w in draft_widths})
 
     monkeypatch.setattr(hardware, "measure_latency", measure)
     monkeypatch.setattr(hardware, "packing_available", lambda: True)
+    monkeypatch.setattr(hardware, "onednn_available", lambda: onednn)
 
 
 @needs_mkl
@@ -142,6 +202,38 @@ def test_auto_skips_packed_weights_that_do_not_fit(tmp_path, monkeypatch):
     assert [c["layout"] for c in resolved.candidates] == ["standard", "transposed"]
     assert resolved.target_layout == linear_layout(target) == "standard"
     assert any("packed: skipped" in what for what, _, _ in ticks) and ticks[-1][1] == ticks[-1][2]
+
+
+def test_auto_measures_onednn_weights_for_both_models_and_keeps_them_where_fastest(tmp_path, monkeypatch):
+    """With oneDNN available, the oneDNN layout is a candidate for the draft and for the target (after the plain and
+    two-copy ones) and is kept for each where it is fastest; the cache brings the models back in it."""
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(layouts, "onednn_available", lambda: True)
+    monkeypatch.setattr(layouts, "_make_onednn", lambda module: fake_onednn(module))
+    fake_profiles(monkeypatch, {"standard": {1: 10.0, 2: 14.0, 4: 20.0, 8: 30.0},
+                                "transposed": {1: 12.0, 2: 13.0, 4: 22.0, 8: 32.0},
+                                "packed:1": {1: 9.5, 2: 12.5, 4: 15.0, 8: 20.0},
+                                "onednn": {1: 6.0, 2: 6.2, 4: 6.5, 8: 8.0}},
+                  draft_fake={"standard": 2.0, "transposed": 1.5, "onednn": 1.0}, onednn=True)
+    ticks = []
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    target, draft, resolved = auto_profile_with(target, draft, ticks)
+    measured = [(c["role"], c["layout"]) for c in resolved.candidates]
+    assert measured == [("draft", "standard"), ("draft", "transposed"), ("draft", "onednn"), ("target", "standard"),
+                        ("target", "transposed"), ("target", "packed:1"), ("target", "onednn")]
+    assert (resolved.target_layout, resolved.draft_layout) == ("onednn", "onednn")
+    assert linear_layout(target) == linear_layout(draft) == "onednn" and ticks[-1][1] == ticks[-1][2]
+    set_linear_layout(target, "standard"), set_linear_layout(draft, "standard")
+    target, draft, cached = hardware.auto_profile(target, draft, acceptance=(0.9, 0.05), **FAST)
+    assert cached.origin.startswith("cached from") and linear_layout(target) == linear_layout(draft) == "onednn"
+
+
+def fake_onednn(module):
+    """A OneDNNLinear whose 'reordered copy' is a plain clone: for the choice logic on builds without oneDNN."""
+    layouts._make_plain(module)
+    module.__dict__["weight_onednn"] = module.weight.data.clone()
+    module.__class__ = OneDNNLinear
+    return 0
 
 
 def auto_profile_with(target, draft, ticks, acceptance=(0.9, 0.05)):

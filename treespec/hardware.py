@@ -6,7 +6,8 @@ or linear weights stored transposed: `treespec.layouts`) and, with dtype "auto",
 two layouts cross over (standard faster for small passes, transposed from some tree size on), the hybrid
 layout that holds both and switches at that size (`layouts.HybridLinear`) is measured too; in fp32 with MKL,
 so are MKL-packed weights (`layouts.PackedLinear`) for every pass and from their crossover with the standard
-layout, when their padded copies fit in half the memory available. The draft keeps
+layout, when their padded copies fit in half the memory available; and, where torch has oneDNN, weights reordered
+once for oneDNN's kernel (`layouts.OneDNNLinear`), for both models and in every dtype. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -41,10 +42,12 @@ from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, meas
 from treespec.layouts import (
     HYBRID,
     LAYOUTS,
+    ONEDNN,
     PACKED,
     extra_bytes,
     layout_name,
     linear_layout,
+    onednn_available,
     packing_available,
     parse_layout,
     set_linear_layout,
@@ -53,7 +56,7 @@ from treespec.models import attention_names, cache_root, dtype_name, to_dtype
 from treespec.planner import plan_tree
 
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 4  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 5  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S
@@ -286,9 +289,9 @@ def auto_profile(
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
     dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
-    it is fast); `layout`: "standard", "transposed", "hybrid:<rows>", "packed:<rows>" or "auto" (both plain layouts
-    on a CPU; for the target also their hybrid where they cross over and, in fp32 with MKL, the packed layouts;
-    GPUs use standard); `draft_vocab`
+    it is fast); `layout`: "standard", "transposed", "hybrid:<rows>", "packed:<rows>", "onednn" or "auto" (both
+    plain layouts and, with oneDNN, "onednn" on a CPU; for the target also their hybrid where they cross over and,
+    in fp32 with MKL, the packed layouts; GPUs use standard); `draft_vocab`
     [S]: the draft's levels are timed scoring only those token ids (`treespec.vocab`), a profile of its own."""
     if layout != "auto":
         parse_layout(layout)
@@ -299,6 +302,8 @@ def auto_profile(
     else:
         dtypes = [dtype_name(to_dtype(dtype))]
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
+    if layout == "auto" and device.type == "cpu" and onednn_available():
+        layouts.append(ONEDNN)
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len,
@@ -376,8 +381,10 @@ def auto_profile(
             measure_target(t_dtype, name, set_linear_layout(variant, name))
 
     for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
-        plain[t_layout] = measure_target(t_dtype, t_layout, variant)
-        if two_copy and len(plain) == len(layouts):  # both plain layouts of this dtype measured: the two-copy ones
+        measured = measure_target(t_dtype, t_layout, variant)
+        if t_layout in LAYOUTS:
+            plain[t_layout] = measured
+        if two_copy and len(plain) == len(LAYOUTS):  # both plain layouts of this dtype measured: the two-copy ones
             measure_switched(t_dtype, HYBRID, plain["transposed"], variant)
             if t_dtype == "float32" and packing_available():
                 try:

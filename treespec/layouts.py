@@ -10,7 +10,10 @@ changed; results differ from the standard layout by float rounding, as between a
 * ``packed:<rows>`` or ``packed:<rows>-<last>`` (``packed`` = ``packed:1``): the standard weight plus a copy
   packed once for MKL's GEMM (`PackedLinear`, fp32 on CPUs with MKL): inputs of <rows> to <last> rows (no
   upper limit without one) multiply through `cblas_sgemm_compute` on the packed copy, which skips the
-  per-call packing of the weight that makes MKL's 4-16-row GEMMs slow; others through `F.linear`.
+  per-call packing of the weight that makes MKL's 4-16-row GEMMs slow; others through `F.linear`;
+* ``onednn``: the standard weight plus a copy reordered once into oneDNN's blocked format (`OneDNNLinear`, fp32
+  or bf16 on CPUs whose torch has oneDNN): every input multiplies through oneDNN's inner-product kernel on it,
+  which on an AMD EPYC (2026-12) was faster than MKL at every row count, 1 to 64.
 
 Which one is fastest depends on the CPU: `treespec.hardware.auto_profile` measures them. The two-copy
 layouts cost memory (`extra_bytes`): MKL pads its packed copies (about 2x a large matrix, up to 20x a small
@@ -26,7 +29,8 @@ from treespec.errors import ConfigError
 LAYOUTS = ("standard", "transposed")  # the plain layouts
 HYBRID = "hybrid"  # "hybrid:<rows>": standard and transposed (`HybridLinear`)
 PACKED = "packed"  # "packed:<rows>": standard and MKL-packed (`PackedLinear`)
-PACK_ROWS = 4  # the row count MKL packs for; its packed kernels were fastest at 1-16 rows with this (Xeon, 2026-11)
+ONEDNN = "onednn"  # standard and reordered for oneDNN (`OneDNNLinear`)
+PACK_ROWS = 4  # the row count MKL and oneDNN pack for; fastest at 1-16 rows with this (Xeon 2026-11, EPYC 2026-12)
 
 
 def transpose_linear_storage(model: torch.nn.Module) -> torch.nn.Module:
@@ -83,6 +87,28 @@ class PackedLinear(torch.nn.Linear):
         return torch.ops.mkl._mkl_linear(x, self.weight_packed, self.weight, self.bias, rows)
 
 
+class OneDNNLinear(torch.nn.Linear):
+    """An nn.Linear that also holds its weight reordered for oneDNN (`weight_onednn`, an opaque mkldnn tensor from
+    `torch.ops.mkldnn._reorder_linear_weight`, blocked for `PACK_ROWS` rows) and multiplies every input x [..., in]
+    through `torch.ops.mkldnn._linear_pointwise` on it (the kernel torch's own compiler uses on CPUs): no GEMM
+    library re-packs the weight per call, and the kernel does not change with the row count. fp32 or bf16, CPU,
+    inference only (no gradient reaches the weight).
+
+    Like `PackedLinear`'s, the copy is a plain attribute, not a buffer: put a model back to a plain layout
+    (`set_linear_layout(model, "standard")`) before `Module.to`, `deepcopy` or `state_dict`."""
+
+    weight_onednn: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight_onednn, self.bias, "none", [], "")
+
+
+def onednn_available() -> bool:
+    """Whether this torch build can multiply by oneDNN-reordered weights (CPU builds with oneDNN)."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
 def packing_available() -> bool:
     """Whether this torch build can multiply by MKL-packed weights (x86 builds with MKL)."""
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
@@ -102,8 +128,9 @@ def hybrid_layout(transposed_from: int) -> str:
 def parse_layout(layout: str) -> tuple[str, int | None, int | None]:
     """(name, first row count served by the second copy, last one or None): 'standard' / 'transposed' -> (name,
     None, None); 'hybrid:<rows>' (rows >= 2) -> ('hybrid', rows, None); 'packed' -> ('packed', 1, None);
-    'packed:<rows>' (rows >= 1) or 'packed:<rows>-<last>' (last >= rows) -> ('packed', rows, last or None)."""
-    if layout in LAYOUTS:
+    'packed:<rows>' (rows >= 1) or 'packed:<rows>-<last>' (last >= rows) -> ('packed', rows, last or None);
+    'onednn' -> ('onednn', None, None)."""
+    if layout in LAYOUTS or layout == ONEDNN:
         return layout, None, None
     if layout == PACKED:
         return PACKED, 1, None
@@ -113,8 +140,8 @@ def parse_layout(layout: str) -> tuple[str, int | None, int | None]:
         return HYBRID, int(rows), None
     if name == PACKED and rows.isdigit() and int(rows) >= 1 and (not dash or (last.isdigit() and int(last) >= int(rows))):
         return PACKED, int(rows), int(last) if dash else None
-    raise ConfigError(f"layout must be one of {LAYOUTS}, '{HYBRID}:<rows>' (rows >= 2), '{PACKED}:<rows>' or "
-                      f"'{PACKED}:<rows>-<last>' (1 <= rows <= last), got '{layout}'")
+    raise ConfigError(f"layout must be one of {LAYOUTS}, '{ONEDNN}', '{HYBRID}:<rows>' (rows >= 2), '{PACKED}:<rows>' "
+                      f"or '{PACKED}:<rows>-<last>' (1 <= rows <= last), got '{layout}'")
 
 
 def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -127,6 +154,8 @@ def _second_copy_bytes(module: torch.nn.Linear) -> int:
         return module.weight_t.numel() * module.weight_t.element_size()
     if isinstance(module, PackedLinear):
         return module.weight_packed.numel() * module.weight_packed.element_size()
+    if isinstance(module, OneDNNLinear):
+        return module.weight.numel() * module.weight.element_size()  # the reordered copy holds as many values
     return 0
 
 
@@ -136,6 +165,8 @@ def _make_plain(module: torch.nn.Linear) -> None:
         del module.weight_t, module.transposed_from
     elif isinstance(module, PackedLinear):
         del module.weight_packed, module.packed_from, module.packed_until
+    elif isinstance(module, OneDNNLinear):
+        del module.weight_onednn
     else:
         return
     module.__class__ = torch.nn.Linear
@@ -168,6 +199,26 @@ def _make_packed(module: torch.nn.Linear, packed_from: int, packed_until: int | 
     return made
 
 
+def _make_onednn(module: torch.nn.Linear) -> int:
+    """Make `module` a OneDNNLinear (keeping an existing copy); the bytes of a copy made now."""
+    if isinstance(module, OneDNNLinear):
+        return 0
+    _make_plain(module)
+    module.weight.data = module.weight.data.contiguous()
+    module.__dict__["weight_onednn"] = torch.ops.mkldnn._reorder_linear_weight(module.weight.data, PACK_ROWS)
+    module.__class__ = OneDNNLinear
+    return _second_copy_bytes(module)
+
+
+def _check_onednn(model: torch.nn.Module) -> None:
+    if not onednn_available():
+        raise ConfigError("the onednn layout needs a torch build with oneDNN (mkldnn); use 'standard' or 'transposed'")
+    for module in _linears(model):
+        if module.weight.dtype not in (torch.float32, torch.bfloat16) or module.weight.device.type != "cpu":
+            raise ConfigError(f"the onednn layout needs fp32 or bf16 weights on a CPU, got {module.weight.dtype} on "
+                              f"{module.weight.device}")
+
+
 def _check_packable(model: torch.nn.Module) -> None:
     if not packing_available():
         raise ConfigError("the packed layout needs a torch build with MKL (x86 CPUs); use 'standard' or 'hybrid:<rows>'")
@@ -179,8 +230,10 @@ def _check_packable(model: torch.nn.Module) -> None:
 
 def linear_layout(model: torch.nn.Module) -> str:
     """'transposed' when the model's linear weights are stored transposed (see `transpose_linear_storage`),
-    'hybrid:<rows>' / 'packed:<rows>' when they are held in two copies, else 'standard'."""
+    'hybrid:<rows>' / 'packed:<rows>' / 'onednn' when they are held in two copies, else 'standard'."""
     linears = _linears(model)
+    if linears and all(isinstance(m, OneDNNLinear) for m in linears):
+        return ONEDNN
     if linears and all(isinstance(m, HybridLinear) for m in linears) and len({m.transposed_from for m in linears}) == 1:
         return hybrid_layout(linears[0].transposed_from)
     windows = {(getattr(m, "packed_from", None), getattr(m, "packed_until", None)) for m in linears}
@@ -201,12 +254,19 @@ def set_linear_layout(model: torch.nn.Module, layout: str, *, max_extra_bytes: i
     """Store every nn.Linear weight in `layout` (module docstring); values unchanged. A two-copy layout whose new
     copies would pass `max_extra_bytes` is undone (the model is left standard) and raises ConfigError."""
     name, rows, last = parse_layout(layout)
-    if name in (HYBRID, PACKED):
+    if name in (HYBRID, PACKED, ONEDNN):
         if name == PACKED:
             _check_packable(model)
+        if name == ONEDNN:
+            _check_onednn(model)
         made = 0
         for module in _linears(model):
-            made += _make_hybrid(module, rows) if name == HYBRID else _make_packed(module, rows, last)
+            if name == HYBRID:
+                made += _make_hybrid(module, rows)
+            elif name == PACKED:
+                made += _make_packed(module, rows, last)
+            else:
+                made += _make_onednn(module)
             if max_extra_bytes is not None and made > max_extra_bytes:
                 set_linear_layout(model, "standard")
                 raise ConfigError(f"layout {layout} needs more than {max_extra_bytes / 1e9:.2f} GB for its second "
