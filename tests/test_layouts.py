@@ -228,12 +228,31 @@ def test_auto_measures_onednn_weights_for_both_models_and_keeps_them_where_faste
     assert cached.origin.startswith("cached from") and linear_layout(target) == linear_layout(draft) == "onednn"
 
 
+def test_auto_skips_onednn_weights_that_do_not_fit(tmp_path, monkeypatch):
+    """Where the reordered copies pass half the memory available, the oneDNN layout is skipped for both models (the
+    progress bar says so and still ends at its total) and the models are left in a measured layout."""
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(layouts, "onednn_available", lambda: True)
+    monkeypatch.setattr(layouts, "_make_onednn", lambda module: fake_onednn(module))
+    monkeypatch.setattr(hardware, "_memory_budget", lambda: 16)  # 16 bytes: no copy fits
+    fake_profiles(monkeypatch, {"standard": {1: 10.0, 2: 11.0, 4: 20.0, 8: 30.0},
+                                "transposed": {1: 12.0, 2: 13.0, 4: 22.0, 8: 32.0}},
+                  draft_fake={"standard": 2.0, "transposed": 1.5}, onednn=True)
+    ticks = []
+    target, draft, resolved = auto_profile_with(tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1), ticks)
+    assert "onednn" not in {c["layout"] for c in resolved.candidates}
+    assert [what for what, _, _ in ticks if "onednn: skipped" in what] == [
+        "draft float32 onednn: skipped (layout onednn needs more than 0.00 GB for its second copies of the weights)",
+        "target float32 onednn: skipped (layout onednn needs more than 0.00 GB for its second copies of the weights)"]
+    assert (linear_layout(target), linear_layout(draft)) == ("standard", "transposed") and ticks[-1][1] == ticks[-1][2]
+
+
 def fake_onednn(module):
     """A OneDNNLinear whose 'reordered copy' is a plain clone: for the choice logic on builds without oneDNN."""
     layouts._make_plain(module)
     module.__dict__["weight_onednn"] = module.weight.data.clone()
     module.__class__ = OneDNNLinear
-    return 0
+    return module.weight.numel() * module.weight.element_size()
 
 
 def auto_profile_with(target, draft, ticks, acceptance=(0.9, 0.05)):

@@ -7,7 +7,8 @@ two layouts cross over (standard faster for small passes, transposed from some t
 layout that holds both and switches at that size (`layouts.HybridLinear`) is measured too; in fp32 with MKL,
 so are MKL-packed weights (`layouts.PackedLinear`) for every pass and from their crossover with the standard
 layout, when their padded copies fit in half the memory available; and, where torch has oneDNN, weights reordered
-once for oneDNN's kernel (`layouts.OneDNNLinear`), for both models and in every dtype. The draft keeps
+once for oneDNN's kernel (`layouts.OneDNNLinear`), for both models and in every dtype, when that copy fits in half
+the memory available. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -195,15 +196,22 @@ def write_cache(path: Path, entry: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[str]):
-    """Yield (dtype, layout, model) for every configuration; the fp32 original is reused, others are copies."""
+def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[str],
+              skipped: Callable[[str, str, ConfigError], None]):
+    """Yield (dtype, layout, model) for every configuration; the fp32 original is reused, others are copies. The
+    oneDNN layout's second copy must fit in half the memory available; where it does not, `skipped(dtype, layout,
+    error)` is called instead."""
     for dtype in dtypes:
         if dtype_name(model) == dtype:
             base = model
         else:  # a packed copy cannot be deep-copied or converted: copy the plain weights
             base = copy.deepcopy(set_linear_layout(model, "standard")).to(to_dtype(dtype))
         for layout in layouts:
-            set_linear_layout(base, layout)
+            try:
+                set_linear_layout(base, layout, max_extra_bytes=_memory_budget() if layout == ONEDNN else None)
+            except ConfigError as error:
+                skipped(dtype, layout, error)
+                continue
             yield dtype, layout, base
 
 
@@ -341,8 +349,11 @@ def auto_profile(
 
     candidates: list[dict[str, Any]] = []
     draft_choice: tuple[float, str, str] | None = None
+    def skipped(role: str):
+        return lambda dtype, layout, error: tick(f"{role} {dtype} {layout}: skipped ({error})")
+
     if draft is not None:  # the draft's cheapest configuration, timed with the target as loaded
-        for d_dtype, d_layout, variant in _variants(draft, dtypes, layouts):
+        for d_dtype, d_layout, variant in _variants(draft, dtypes, layouts, skipped("draft")):
             measured = measure_latency(target, variant, sizes=(1,), draft_widths=DRAFT_WIDTHS, **common)
             score = sum(measured.draft_width_ms.values())
             candidates.append({"role": "draft", "dtype": d_dtype, "layout": d_layout, "draft_width_ms": {
@@ -380,7 +391,7 @@ def auto_profile(
             name = layout_name(kind, *window)
             measure_target(t_dtype, name, set_linear_layout(variant, name))
 
-    for t_dtype, t_layout, variant in _variants(target, dtypes, layouts):
+    for t_dtype, t_layout, variant in _variants(target, dtypes, layouts, skipped("target")):
         measured = measure_target(t_dtype, t_layout, variant)
         if t_layout in LAYOUTS:
             plain[t_layout] = measured
