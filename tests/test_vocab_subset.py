@@ -10,7 +10,7 @@ from conftest import ARCHS, tiny_model
 from test_engine import PROMPTS, all_policies, reference
 
 import treespec
-from treespec import certify, policies
+from treespec import certify, layouts, policies
 from treespec.draft import ModelDrafter, StepOutcome, token_counts, vocab_subset
 from treespec.engine import make_drafter
 from treespec.errors import ConfigError
@@ -38,11 +38,16 @@ def test_vocab_subset_ranks_by_frequency():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_subset_logits_are_the_full_logits_restricted(arch):
-    """Root and node logits equal the full head's on S and are -inf elsewhere, through a commit."""
-    draft = tiny_model(arch, seed=1, layers=1)
+@pytest.mark.parametrize("layout", ["standard", "onednn"])
+def test_subset_logits_are_the_full_logits_restricted(arch, layout):
+    """Root and node logits equal the full head's on S and are -inf elsewhere, through a commit; with the draft's
+    weights reordered for oneDNN, the sliced head multiplies through a reordered copy of its own."""
+    if layout == "onednn" and not layouts.onednn_available():
+        pytest.skip("this torch build has no oneDNN")
+    draft = layouts.set_linear_layout(tiny_model(arch, seed=1, layers=1), layout)
     vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
     full, sub = ModelDrafter(draft, 64), ModelDrafter(draft, 64, vocab)
+    assert (sub._onednn is not None) == (layout == "onednn")
     outside = torch.ones(64, dtype=torch.bool)
     outside[vocab] = False
     with torch.inference_mode():

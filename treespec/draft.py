@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 from treespec.cache import cache_length, commit, new_cache
 from treespec.errors import ConfigError
+from treespec.layouts import OneDNNLinear, onednn_linear, onednn_weight
 from treespec.mask import additive
 
 
@@ -110,6 +111,8 @@ class ModelDrafter:
             # keep the head's memory layout (layouts.transpose_linear_storage stores [H, S] for small-M GEMMs)
             self._weight = weight.contiguous() if head.weight.is_contiguous() else weight.t().contiguous().t()
             self._bias = head.bias[self.vocab].contiguous() if head.bias is not None else None  # [S]
+            # and its oneDNN-reordered copy when the head multiplies through one (layouts.OneDNNLinear)
+            self._onednn = onednn_weight(weight) if isinstance(head, OneDNNLinear) else None
 
     def reset(self, prompt_ids: Sequence[int], prefix_hidden: torch.Tensor | None = None) -> None:
         self.cache = new_cache(self.model, self.max_length)
@@ -135,7 +138,10 @@ class ModelDrafter:
         hidden = self.model.base_model(**inputs).last_hidden_state[0]  # [M, H]
         if last_only:
             hidden = hidden[-1:]
-        sub = torch.nn.functional.linear(hidden, self._weight, self._bias)  # [M, S]
+        if self._onednn is not None:
+            sub = onednn_linear(hidden, self._onednn, self._bias)  # [M, S]
+        else:
+            sub = torch.nn.functional.linear(hidden, self._weight, self._bias)  # [M, S]
         logits = sub.new_full((sub.shape[0], self.vocab_size), float("-inf"))  # [M, V]
         logits[:, self.vocab] = sub
         return logits

@@ -100,7 +100,17 @@ class OneDNNLinear(torch.nn.Linear):
     weight_onednn: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight_onednn, self.bias, "none", [], "")
+        return onednn_linear(x, self.weight_onednn, self.bias)
+
+
+def onednn_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] reordered once for oneDNN's inner-product kernel (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
+
+
+def onednn_linear(x: torch.Tensor, weight_onednn: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] times a weight reordered by `onednn_weight`, plus bias [out]: [..., out]."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight_onednn, bias, "none", [], "")
 
 
 def onednn_available() -> bool:
@@ -205,7 +215,7 @@ def _make_onednn(module: torch.nn.Linear) -> int:
         return 0
     _make_plain(module)
     module.weight.data = module.weight.data.contiguous()
-    module.__dict__["weight_onednn"] = torch.ops.mkldnn._reorder_linear_weight(module.weight.data, PACK_ROWS)
+    module.__dict__["weight_onednn"] = onednn_weight(module.weight.data)
     module.__class__ = OneDNNLinear
     return _second_copy_bytes(module)
 
