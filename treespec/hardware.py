@@ -349,6 +349,7 @@ def auto_profile(
 
     candidates: list[dict[str, Any]] = []
     draft_choice: tuple[float, str, str] | None = None
+
     def skipped(role: str):
         return lambda dtype, layout, error: tick(f"{role} {dtype} {layout}: skipped ({error})")
 
