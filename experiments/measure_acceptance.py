@@ -36,6 +36,7 @@ class MeasureAcceptanceSchema:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
+    layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
@@ -47,7 +48,7 @@ def run(cfg: DictConfig):
     model = cli.to_spec(ModelSpec, cfg.model)
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation)
+                     attn_implementation=model.attn_implementation, layout=cfg.layout)
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     with tqdm(total=len(prompts), desc="acceptance", unit="prompt") as bar:
@@ -57,7 +58,7 @@ def run(cfg: DictConfig):
             top_k=sampling.top_k, children=cfg.children, seed=cfg.seed,
             progress=lambda i, g: (bar.update(1), bar.set_postfix(per_pass=f"{g.mean_accepted:.2f}")),
         )
-    profile.settings.update(model=model.name, target=cfg.target, draft=cfg.draft, data=data.name,
+    profile.settings.update(model=model.name, target=cfg.target, draft=cfg.draft, data=data.name, layout=cfg.layout,
                             sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
     path = cli.output_dir() / "acceptance.yaml"
     profile.to_yaml(path)

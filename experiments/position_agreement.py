@@ -37,6 +37,7 @@ class PositionAgreementSchema:
     max_new_tokens: int = 128
     device: str = "auto"
     dtype: str = "float32"
+    layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
@@ -51,7 +52,7 @@ def run(cfg: DictConfig) -> dict:
         raise ConfigError(f"width and depth must be >= 1, got {cfg.width} and {cfg.depth}")
     model = cli.to_spec(ModelSpec, cfg.model)
     pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation)
+                     attn_implementation=model.attn_implementation, layout=cfg.layout)
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     vocabulary = getattr(pair.draft.config, "output_token_ids", None) or None
@@ -66,7 +67,7 @@ def run(cfg: DictConfig) -> dict:
             bar.update(1)
     result = {"settings": {"model": model.name, "target": cfg.target, "draft": cfg.draft, "data": data.name,
                            "prompts": len(prompts), "width": cfg.width, "depth": cfg.depth,
-                           "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype},
+                           "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype, "layout": cfg.layout},
               **total.summary()}
     path = cli.output_dir() / "position_agreement.yaml"
     path.write_text(yaml.safe_dump(result, sort_keys=False))

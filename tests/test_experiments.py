@@ -17,6 +17,7 @@ import run
 import yaml
 from hydra import compose, initialize_config_dir
 
+from treespec import layouts
 from treespec.batch_latency import BatchLatencyProfile
 from treespec.cli import CONF_DIR, register
 from treespec.generate import GenerateSchema
@@ -144,6 +145,11 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
     assert report["walk_passes"] == measured["settings"]["target_passes"] and report["settings"]["prompts"] == 2
     assert len(report["agreement_by_depth"]) == 2 and report["in_draft_vocabulary"] == 1.0
     assert "where passes start" in result.stdout
+    if layouts.onednn_available():  # the same decode on oneDNN-reordered weights (tiny models: no near-ties to flip)
+        _app("position_agreement.py", *common, "layout=onednn", f"hydra.run.dir={tmp_path / 'onednn'}")
+        again = yaml.safe_load((tmp_path / "onednn" / "position_agreement.yaml").read_text())
+        assert again["settings"]["layout"] == "onednn" and report["settings"]["layout"] == "standard"
+        assert again["walk_p1_by_depth"] == report["walk_p1_by_depth"] and again["walk_passes"] == report["walk_passes"]
 
 
 def test_bench_on_tiny_models(tmp_path):
