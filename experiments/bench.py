@@ -52,6 +52,7 @@ from treespec.configs import (
     resolve_hardware,
     sampling_config,
     with_draft_vocab,
+    with_draft_weights,
 )
 from treespec.engine import generate
 from treespec.errors import ConfigError
@@ -166,6 +167,7 @@ def run(cfg: DictConfig) -> list[dict]:
     device = resolve_device(cfg.device)
     pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
                      layout=cfg.layout)
+    pair = with_draft_weights(pair, model.draft_weights)
     pair = with_draft_vocab(pair, model.draft_vocab)
     if pair.draft_vocab is not None and cfg.batch_size > 1:
         raise ConfigError("model.draft_vocab is for batch_size=1; the batch engine drafts the full vocabulary")

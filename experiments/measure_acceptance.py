@@ -21,7 +21,16 @@ from tqdm import tqdm
 
 from treespec import cli
 from treespec.acceptance import measure_acceptance
-from treespec.configs import DataSpec, ModelSpec, SamplingSpec, load_data, load_pair, resolve_device, sampling_config
+from treespec.configs import (
+    DataSpec,
+    ModelSpec,
+    SamplingSpec,
+    load_data,
+    load_pair,
+    resolve_device,
+    sampling_config,
+    with_draft_weights,
+)
 
 
 @dataclass
@@ -49,6 +58,7 @@ def run(cfg: DictConfig):
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
                      attn_implementation=model.attn_implementation, layout=cfg.layout)
+    pair = with_draft_weights(pair, model.draft_weights)  # model.draft_weights=int4: a 4-bit draft's acceptance
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     with tqdm(total=len(prompts), desc="acceptance", unit="prompt") as bar:
@@ -59,7 +69,7 @@ def run(cfg: DictConfig):
             progress=lambda i, g: (bar.update(1), bar.set_postfix(per_pass=f"{g.mean_accepted:.2f}")),
         )
     profile.settings.update(model=model.name, target=cfg.target, draft=cfg.draft, data=data.name, layout=cfg.layout,
-                            sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
+                            draft_weights=model.draft_weights, sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
     path = cli.output_dir() / "acceptance.yaml"
     profile.to_yaml(path)
     print(f"P_k ({profile.settings['sampling']}, {data.name}, {len(prompts)} prompts): "

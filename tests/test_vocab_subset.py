@@ -121,3 +121,15 @@ def test_subset_head_keeps_the_transposed_layout():
     drafter = ModelDrafter(draft, 32, vocab)
     assert drafter._weight.t().is_contiguous() and not drafter._weight.is_contiguous()
     assert torch.equal(drafter._weight, draft.lm_head.weight[vocab])
+
+
+def test_the_sliced_head_is_built_once_per_head_and_vocabulary():
+    draft = tiny_model("llama", seed=1, layers=1)
+    vocab = torch.tensor([1, 5, 9, 33])
+    first, again = ModelDrafter(draft, 32, vocab), ModelDrafter(draft, 32, vocab.clone())
+    assert again._weight is first._weight  # reused: building it is slow for large heads
+    assert ModelDrafter(draft, 32, torch.tensor([1, 5, 9]))._weight.shape[0] == 3  # another vocabulary: rebuilt
+    with torch.no_grad():
+        draft.lm_head.weight.mul_(2)  # changed in place: rebuilt from the new values
+    changed = ModelDrafter(draft, 32, vocab)
+    assert changed._weight is not first._weight and torch.equal(changed._weight, draft.lm_head.weight[vocab])

@@ -42,6 +42,7 @@ class ModelSpec:
     acceptance_sampled: Optional[Any] = None  # the same under sampling
     acceptance_source: str = ""  # how the vectors were measured
     draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens (treespec.vocab)
+    draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (treespec.quantize)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TreeSpec:
     topk: int = 4  # dynamic: expansion width
     threshold: float = 0.4  # adaptive: keep drafting while the chain's draft probability stays >= this
     width: int = 1  # adaptive: children of the root and of each chain node
+    stop: str = "path"  # adaptive: threshold on the chain's draft probability ("path") or each new token's ("token")
     children: str = "without_replacement"  # static trees under sampling: see treespec.policies
     acceptance: Optional[Any] = None  # overrides the model's measured vector (or depth x rank matrix)
     file: Optional[str] = None  # policy=file: a tree YAML written by experiments/build_tree.py
@@ -160,7 +162,7 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
     if tree.policy == "adaptive":
         if tree.max_depth is None:
             raise ConfigError("tree=adaptive needs tree.max_depth (levels incl. the root)")
-        policy = Adaptive(tree.max_depth, tree.threshold, tree.width, tree.children)
+        policy = Adaptive(tree.max_depth, tree.threshold, tree.width, tree.children, tree.stop)
         info.update(policy.describe())
         if hardware is not None:
             info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost, 4))
@@ -243,8 +245,23 @@ def with_draft_vocab(pair: LoadedPair, size: Optional[int]) -> LoadedPair:
         raise ConfigError("model.draft_vocab needs a draft model and the target's tokenizer")
     from treespec.vocab import draft_vocabulary
 
-    vocab_size = pair.draft.get_output_embeddings().weight.shape[0]
+    vocab_size = pair.draft.get_output_embeddings().out_features
     return replace(pair, draft_vocab=draft_vocabulary(pair.tokenizer, vocab_size, int(size)))
+
+
+def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
+    """The pair with its draft's linear weights in `scheme` ("int4", treespec.quantize; in place); None: as is."""
+    if scheme is None:
+        return pair
+    if pair.draft is None:
+        raise ConfigError("model.draft_weights needs a draft model")
+    from treespec.eagle import EagleDraftModel
+    from treespec.quantize import quantize_draft_weights
+
+    if isinstance(pair.draft, EagleDraftModel):
+        raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
+
+    return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",

@@ -42,6 +42,7 @@ from treespec.configs import (
     resolve_hardware,
     sampling_config,
     with_draft_vocab,
+    with_draft_weights,
 )
 from treespec.data import encode_prompt, load_prompts
 from treespec.engine import Generation, autoregressive, generate
@@ -149,6 +150,7 @@ def run(cfg: DictConfig) -> None:
           file=sys.stderr, flush=True)
     pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=device, dtype=cfg.dtype,
                      attn_implementation=model_spec.attn_implementation, layout=cfg.layout)
+    pair = with_draft_weights(pair, model_spec.draft_weights if needs_draft else None)
     pair = with_draft_vocab(pair, model_spec.draft_vocab if needs_draft else None)
     pair = resolve_hardware(hardware_spec, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
                             progress=cli.progress_bar(), settings={"target": cfg.target, "draft": cfg.draft})

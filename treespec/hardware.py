@@ -338,7 +338,10 @@ def auto_profile(
     sizes = tuple(sizes)
     common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
-    total = configurations * (2 if draft is not None else 1) + extras + 1
+    # a draft whose linear layers are all 4-bit (treespec.quantize) has no weights for a layout to store
+    quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
+    draft_layouts = ["standard"] if quantized else layouts
+    total = configurations + (len(dtypes) * len(draft_layouts) if draft is not None else 0) + extras + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -354,7 +357,7 @@ def auto_profile(
         return lambda dtype, layout, error: tick(f"{role} {dtype} {layout}: skipped ({error})")
 
     if draft is not None:  # the draft's cheapest configuration, timed with the target as loaded
-        for d_dtype, d_layout, variant in _variants(draft, dtypes, layouts, skipped("draft")):
+        for d_dtype, d_layout, variant in _variants(draft, dtypes, draft_layouts, skipped("draft")):
             measured = measure_latency(target, variant, sizes=(1,), draft_widths=DRAFT_WIDTHS, **common)
             score = sum(measured.draft_width_ms.values())
             candidates.append({"role": "draft", "dtype": d_dtype, "layout": d_layout, "draft_width_ms": {
