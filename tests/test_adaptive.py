@@ -54,6 +54,16 @@ def test_stops_when_the_chain_probability_drops_below_the_threshold(threshold, d
         assert 0.9 ** (drafted - 1) >= threshold > 0.9**drafted
 
 
+@pytest.mark.parametrize("threshold, drafted", [(0.7, 7), (0.85, 7), (0.95, 1)])
+def test_the_token_rule_stops_at_the_first_unsure_token(threshold, drafted):
+    # every token has probability 0.9: the token rule never stops below 0.9 (the path rule stops at 0.7 after 4)
+    drafter = ScriptedDrafter(0.9)
+    tree = policies.Adaptive(max_depth=8, threshold=threshold, stop="token").draft(drafter, 0, SamplingConfig(), None,
+                                                                                   eos=(), max_levels=99)
+    assert tree.tokens.tolist() == list(range(drafted + 1)) and len(drafter.forwards) == drafted - 1
+    assert policies.Adaptive(8, 0.5, stop="token").describe()["stop"] == "token"
+
+
 def test_width_adds_side_leaves_and_limits_hold():
     drafter = ScriptedDrafter(0.9)
     tree = policies.Adaptive(max_depth=4, threshold=0.0, width=3).draft(drafter, 0, SamplingConfig(), None, eos=(),
@@ -67,7 +77,7 @@ def test_width_adds_side_leaves_and_limits_hold():
                                                                eos={2}, max_levels=99)
     assert eos.tokens.tolist() == [0, 1, 2]  # an EOS is never expanded
     for bad in [dict(max_depth=0, threshold=0.5), dict(max_depth=3, threshold=1.5), dict(max_depth=3, threshold=0.5, width=0),
-                dict(max_depth=3, threshold=0.5, children="nope")]:
+                dict(max_depth=3, threshold=0.5, children="nope"), dict(max_depth=3, threshold=0.5, stop="nope")]:
         with pytest.raises(ConfigError):
             policies.Adaptive(**bad)
 
@@ -79,7 +89,8 @@ def test_greedy_parity(arch):
     for prompt in PROMPTS:
         expected = reference(target, prompt, 24)
         depths = set()
-        for tree in (policies.Adaptive(6, 0.5), policies.Adaptive(6, 0.0, width=2), policies.Adaptive(5, 0.9, width=3)):
+        for tree in (policies.Adaptive(6, 0.5), policies.Adaptive(6, 0.0, width=2), policies.Adaptive(5, 0.9, width=3),
+                     policies.Adaptive(6, 0.6, stop="token")):
             got = treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=24)
             assert got.tokens == expected, (arch, tree, prompt)
             depths |= {s.tree_depth for s in got.steps}
@@ -100,14 +111,15 @@ def pair():
             tiny_model("llama", seed=11, vocab=V, hidden=16, layers=1, sharpness=4.0))
 
 
-@pytest.mark.parametrize("children, width", [("without_replacement", 2), ("with_replacement", 1)])
-def test_first_two_tokens_follow_the_target(pair, children, width):
+@pytest.mark.parametrize("children, width, stop", [("without_replacement", 2, "path"), ("with_replacement", 1, "path"),
+                                                   ("without_replacement", 1, "token")])
+def test_first_two_tokens_follow_the_target(pair, children, width, stop):
     target, draft = pair
     sampling = SamplingConfig(0.8)
     law = certify.target_law(target, PROMPT, 2, sampling)  # exact law of the first two tokens
     runs, accepted_drafts, depths = [], 0, []
     for run in range(RUNS):
-        out = treespec.generate(target, draft, PROMPT, tree=policies.Adaptive(4, 0.35, width, children),
+        out = treespec.generate(target, draft, PROMPT, tree=policies.Adaptive(4, 0.35, width, children, stop),
                                 max_new_tokens=3, temperature=0.8, seed=run)
         runs.append(out.tokens[:2])
         accepted_drafts += out.steps[0].accepted - 1

@@ -9,9 +9,10 @@ optimum) or `Static(shape)`. Children of a node are, under greedy decoding, the 
 sampling, `children="without_replacement"` (Sequoia, default), `"with_replacement"` (SpecInfer) or
 `"deterministic"` (top-k of q). `Dynamic(budget, depth, topk)` grows a per-context tree (EAGLE-2).
 `Adaptive(max_depth, threshold, width)` drafts a chain (each chain node with `width` children, the first
-continuing it) for as long as the chain's draft probability stays at or above `threshold` (assisted
-generation's confidence stop), so an expensive draft stops early on text it is unsure of. Its shape
-depends only on draft-side quantities, so it is lossless (ALGORITHMS.md section 8).
+continuing it) for as long as the chain's draft probability stays at or above `threshold` (or, with
+`stop="token"`, each new token's: assisted generation's confidence stop), so an expensive draft stops early
+on text it is unsure of. Its shape depends only on draft-side quantities, so it is lossless (ALGORITHMS.md
+section 8).
 A node holding an EOS token is never expanded; a node whose q has fewer non-zero tokens than the
 shape asks for gets fewer children, so the realised tree can be smaller than the shape.
 """
@@ -215,18 +216,24 @@ def keep_best(cands, forwarded: dict[int, int], budget: int, mode: str) -> Draft
     return _assemble(tokens, parents, {}, mode, drafter_ids)
 
 
+STOP_RULES = ("path", "token")  # Adaptive: the chain's probability, or each new token's
+
+
 @dataclass(frozen=True)
 class Adaptive:
     """A confidence-stopped chain, optionally with side leaves: the root and each chain node get `width`
     children (drawn by the `children` rule under sampling, the top-`width` under greedy); the first child
     continues the chain while the product of the draft probabilities along the chain is >= `threshold`
-    (q after sampling processing; the temperature-1 softmax under greedy). At most `max_depth` levels
-    including the root; one draft forward per level. Verified like a static tree of the same rule."""
+    (`stop="path"`), or while each new chain token's probability is (`stop="token"`, the rule of transformers'
+    `assistant_confidence_threshold`) (q after sampling processing; the temperature-1 softmax under greedy).
+    At most `max_depth` levels including the root; one draft forward per level. Verified like a static tree of
+    the same rule."""
 
     max_depth: int
     threshold: float
     width: int = 1
     children: str = "without_replacement"
+    stop: str = "path"
     name: str = field(default="adaptive")
 
     def __post_init__(self):
@@ -238,10 +245,12 @@ class Adaptive:
             raise ConfigError(f"width must be >= 1, got {self.width}")
         if self.children not in CHILDREN_MODES:
             raise ConfigError(f"children must be one of {CHILDREN_MODES}, got '{self.children}'")
+        if self.stop not in STOP_RULES:
+            raise ConfigError(f"stop must be one of {STOP_RULES}, got '{self.stop}'")
 
     def describe(self) -> dict:
         return {"policy": self.name, "budget": 1 + (self.max_depth - 1) * self.width, "depth": self.max_depth,
-                "threshold": self.threshold, "width": self.width, "children": self.children}
+                "threshold": self.threshold, "stop": self.stop, "width": self.width, "children": self.children}
 
     def draft(self, drafter: Drafter, root: int, sampling: SamplingConfig, generator: torch.Generator | None,
               eos: Collection[int], max_levels: int) -> DraftTree:
@@ -259,7 +268,8 @@ class Adaptive:
             tokens.extend(int(t) for t in picked)
             parents.extend([node] * len(picked))
             best = tokens[first]
-            confidence *= float(q[best] if q is not None else torch.softmax(logits.float(), -1)[best])
+            p_best = float(q[best] if q is not None else torch.softmax(logits.float(), -1)[best])
+            confidence = p_best if self.stop == "token" else confidence * p_best
             if level + 1 >= levels or confidence < self.threshold or best in eos:
                 break
             node = first
