@@ -260,7 +260,6 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
 
     if isinstance(pair.draft, EagleDraftModel):
         raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
-
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
 
 

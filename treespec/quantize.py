@@ -3,13 +3,14 @@
 A draft only proposes tokens: the target verifies each one against its own distribution, and the sampling modes
 use the q the draft actually produced, so a draft with rounded weights changes acceptance, never the output
 (treespec.verify). A 0.5B-parameter draft's levels are bound by reading its weights, and 4-bit codes are a
-quarter of bf16's bytes: on an AMD EPYC (2 cores, avx512_bf16, 2026-12) 24 MLP matrices of a Qwen2.5 0.5B layer
-stack took 2.6 ms for one input row against 7.1 ms in bf16 on oneDNN-reordered weights (4.7 against 7.0 for 4
-rows; equal at 8; slower from 16).
+quarter of bf16's bytes: on an AMD EPYC (2 cores, avx512_bf16, 2026-12) 24 random 4864 x 896 matrices (one MLP
+projection of each Qwen2.5 0.5B layer) took 2.6 ms for one input row against 7.1 ms in bf16 on oneDNN-reordered
+weights (4.7 against 7.0 for 4 rows; equal at 8; slower from 16).
 
 Scheme (``int4``): per output row, groups of `GROUP` consecutive input weights share a scale and a zero point,
-codes 0..15, asymmetric min/max rounding: w ~= (code - 8) * scale + zero. Weights loaded from a Q4_K GGUF (the
-Qwen pair) lie on a 4-bit grid of 32-weight sub-blocks already, so groups of 32 lose little more. Multiplication
+codes 0..15, asymmetric min/max rounding: w ~= (code - 8) * scale + zero. A Q4_K GGUF (the Qwen pair's) stores
+4-bit codes in 32-weight sub-blocks with a scale and a minimum each: where a sub-block uses codes 0 and 15, groups
+of 32 give its values back up to the bf16 rounding of scale and zero. Multiplication
 runs in bf16 through torch's CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the
 output size to be a multiple of 16; scales and zero points are held in bf16.
 """
