@@ -5,14 +5,14 @@ use the q the draft actually produced, so a draft with rounded weights changes a
 (treespec.verify). A 0.5B-parameter draft's levels are bound by reading its weights, and 4-bit codes are a
 quarter of bf16's bytes: on an AMD EPYC (2 cores, avx512_bf16, 2026-12) 24 random 4864 x 896 matrices (one MLP
 projection of each Qwen2.5 0.5B layer) took 2.6 ms for one input row against 7.1 ms in bf16 on oneDNN-reordered
-weights (4.7 against 7.0 for 4 rows; equal at 8; slower from 16).
+weights (4.7 against 7.0 for 4 rows, 8.2 against 9.3 for 8; slower for 16: 12.7 against 8.9).
 
 Scheme (``int4``): per output row, groups of `GROUP` consecutive input weights share a scale and a zero point,
 codes 0..15, asymmetric min/max rounding: w ~= (code - 8) * scale + zero. A Q4_K GGUF (the Qwen pair's) stores
 4-bit codes in 32-weight sub-blocks with a scale and a minimum each: where a sub-block uses codes 0 and 15, groups
-of 32 give its values back up to the bf16 rounding of scale and zero. Multiplication
-runs in bf16 through torch's CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the
-output size to be a multiple of 16; scales and zero points are held in bf16.
+of 32 give its values back up to the bf16 rounding of scale and zero. Multiplication runs in bf16 through torch's
+CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the output size to be a multiple of
+16; scales and zero points are held in bf16.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from treespec.errors import ConfigError
+from treespec.layouts import set_linear_layout
 
 SCHEMES = ("int4",)
 GROUP = 32  # input weights per scale / zero point
@@ -56,8 +57,8 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 def int4_linear(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group: int,
                 bias: torch.Tensor | None, out_features: int | None = None) -> torch.Tensor:
     """x [..., I] @ the dequantized weight.T (+ bias [O]) -> [..., O] in x's dtype, O = out_features (default: all
-    packed rows). The product runs in bf16: the kernel's fp32 path was 25-65x slower (Qwen2.5 0.5B, AMD EPYC,
-    2026-12)."""
+    packed rows). The product runs in bf16: the kernel's fp32 path made a Qwen2.5 0.5B pass 27-73x slower (1-16
+    tokens, AMD EPYC, 2026-12)."""
     flat = x.reshape(-1, x.shape[-1])
     if flat.dtype != torch.bfloat16:
         flat = flat.to(torch.bfloat16)
@@ -141,8 +142,6 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
     device = next(model.parameters()).device
     if not int4_available(device):
         raise ConfigError(f"int4 draft weights run on CPUs only (torch's CPU int4 kernel); the draft is on {device}")
-    from treespec.layouts import set_linear_layout
-
     set_linear_layout(model, "standard")  # the plain weights, whatever copies a layout held
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     for parent in list(model.modules()):
