@@ -60,3 +60,17 @@ def test_models_load_with_it_by_default():
     model = models.load_model("tiny-random-llama")
     assert model.config._attn_implementation == attention.NAME == "treespec_sdpa"
     assert models.load_model("tiny-random-llama", attn_implementation="sdpa").config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("mask_rows", [None, 1, 2])
+def test_grouped_query_attention_equals_attention_on_repeated_heads(mask_rows):
+    query, key, value, mask = _inputs(2, 6, 2, 3, 5, boolean=True)
+    if mask_rows == 1:
+        mask = mask[:1]
+    elif mask_rows is None:
+        mask = None
+    repeated = [t.repeat_interleave(3, dim=1) for t in (key, value)]  # head h reads key/value head h // 3
+    expected = torch.nn.functional.scaled_dot_product_attention(query, *repeated, attn_mask=mask)
+    got = attention.grouped_query_attention(query, key, value, mask)
+    assert got.shape == query.shape
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)

@@ -2,10 +2,13 @@
 
 With a mask and more than one query token (a tree pass, a batched step), transformers' `sdpa` expands every
 key/value head to the query heads it serves (`repeat_kv`: a copy of the whole cache, every layer, every pass),
-because masked GQA falls back to a slow kernel on CUDA. On a CPU, `scaled_dot_product_attention(...,
-enable_gqa=True)` takes the mask and reads the cache in place, with the same result. `treespec_sdpa` (registered
-with transformers' attention and mask interfaces on import; `load_model`'s default) does that on CPU tensors and
-is transformers' `sdpa` everywhere else (one query token, no mask, CUDA, attention biases).
+because masked GQA falls back to a slow kernel on CUDA. On a CPU, `grouped_query_attention` runs the query heads
+that share a key/value head as one head with groups x n query rows against that head's cache, read in place: the
+same result, and faster than torch's own `enable_gqa=True` (a cache of 400 tokens, bf16, 12 query heads of 128 on 2
+key/value heads: 91 against 147 us for 4 query tokens, 285 against 360 for 16, 1.3-1.4 ms with `repeat_kv`; AMD
+EPYC, 2 cores, avx512_bf16, 2026-12-02). `treespec_sdpa` (registered with transformers' attention and mask
+interfaces on import; `load_model`'s default) does that on CPU tensors and is transformers' `sdpa` everywhere else
+(one query token, which transformers packs the same way itself; no mask; CUDA; attention biases).
 """
 
 from __future__ import annotations
@@ -22,8 +25,23 @@ def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, attentio
                           kwargs: dict) -> bool:
     groups = getattr(module, "num_key_value_groups", 1)
     return (groups > 1 and query.device.type == "cpu" and attention_mask is not None and query.shape[2] > 1
-            and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+            and attention_mask.shape[1] == 1 and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
             and not kwargs.get("output_attentions", False))
+
+
+def grouped_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                            scale: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """query [B, H, n, d], key/value [B, H_kv, kv, d] (H a multiple of H_kv; query head h reads key/value head
+    h // (H / H_kv)), mask [B or 1, 1, n, kv] additive or bool, or None -> [B, H, n, d]."""
+    batch, heads, n, dim = query.shape
+    groups = heads // key.shape[1]
+    grouped = query.reshape(batch, key.shape[1], groups * n, dim)  # the heads of a group one after another
+    if mask is not None:
+        rows = mask.shape[0]
+        mask = mask.expand(rows, groups, n, mask.shape[-1]).reshape(rows, 1, groups * n, mask.shape[-1])
+    output = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, dropout_p=dropout,
+                                                              scale=scale)
+    return output.reshape(batch, heads, n, dim)
 
 
 def gqa_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -34,8 +52,7 @@ def gqa_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if not _reads_cache_in_place(module, query, attention_mask, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True)
+    output = grouped_query_attention(query, key, value, attention_mask, scale=scaling, dropout=dropout)
     return output.transpose(1, 2).contiguous(), None
 
 

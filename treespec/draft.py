@@ -36,6 +36,7 @@ from transformers import PreTrainedModel
 from treespec.cache import cache_length, commit, new_cache
 from treespec.errors import ConfigError
 from treespec.layouts import OneDNNLinear, onednn_linear, onednn_weight
+from treespec.lean_decoder import lean_decoder
 from treespec.mask import additive
 from treespec.quantize import Int4Linear
 
@@ -114,11 +115,12 @@ class ModelDrafter:
 
     wants_target_hidden = False
 
-    def __init__(self, model: PreTrainedModel, max_length: int, vocab: torch.Tensor | None = None):
+    def __init__(self, model: PreTrainedModel, max_length: int, vocab: torch.Tensor | None = None, lean: bool = True):
         self.model = model
         self.max_length = max_length
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.lean = lean_decoder(model) if lean else None  # transformers' modules where None
         self.vocab = None
         if vocab is not None:
             self._subset_head(torch.as_tensor(vocab, dtype=torch.long))
@@ -149,7 +151,12 @@ class ModelDrafter:
     def _forward(self, tokens: Sequence[int], positions: Sequence[int], visible: torch.Tensor,
                  last_only: bool = False) -> torch.Tensor:
         """Run M new tokens over the cache; visible [M, L + M] bool. Returns logits [M, V] (or [1, V] of the
-        last token when `last_only` and a subset head is used)."""
+        last token when `last_only` and a subset head or the lean decoder is used)."""
+        if self.lean is not None:
+            hidden = self.lean(torch.tensor(list(tokens), device=self.device),
+                               torch.tensor(list(positions), device=self.device),
+                               additive(visible.to(self.device), self.dtype), self.cache)[0]  # [M, H]
+            return self._head(hidden[-1:] if last_only else hidden)
         inputs = dict(
             input_ids=torch.tensor([list(tokens)], device=self.device),
             position_ids=torch.tensor([list(positions)], device=self.device),
@@ -160,8 +167,12 @@ class ModelDrafter:
         if self.vocab is None:
             return self.model(**inputs).logits[0]
         hidden = self.model.base_model(**inputs).last_hidden_state[0]  # [M, H]
-        if last_only:
-            hidden = hidden[-1:]
+        return self._head(hidden[-1:] if last_only else hidden)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Last hidden states [M, H] -> logits [M, V] (-inf outside a vocabulary subset)."""
+        if self.vocab is None:
+            return self.model.get_output_embeddings()(hidden)
         if self._int4 is not None:
             sub = self._int4(hidden)  # [M, S]
         elif self._onednn is not None:

@@ -67,8 +67,14 @@ def target_features(target: PreTrainedModel, output, layers: Sequence[int]) -> t
         return output.last_hidden_state
     if output.hidden_states is None:
         raise ValueError("the target pass was run without output_hidden_states")
-    last, norm = len(output.hidden_states) - 1, final_norm(target)
-    return torch.cat([output.last_hidden_state if i == last else norm(output.hidden_states[i]) for i in layers], dim=-1)
+    return fused_features(target, output.last_hidden_state, output.hidden_states, layers)
+
+
+def fused_features(target: PreTrainedModel, last_hidden: torch.Tensor, states, layers: Sequence[int]) -> torch.Tensor:
+    """[..., k*H]: for each i in `layers`, `states[i]` (the hidden states after i layers, [..., H]) through the final
+    norm, or `last_hidden` for the last layer, concatenated in order."""
+    last, norm = target.config.get_text_config().num_hidden_layers, final_norm(target)
+    return torch.cat([last_hidden if i == last else norm(states[i]) for i in layers], dim=-1)
 
 
 def check_feature_layers(draft_config: EagleDraftConfig, target: PreTrainedModel) -> None:

@@ -24,8 +24,9 @@ from transformers import PreTrainedModel
 
 from treespec.cache import cache_length, commit, new_cache
 from treespec.draft import Drafter, ModelDrafter, StepOutcome
-from treespec.eagle import EagleDrafter, EagleDraftModel, target_features
+from treespec.eagle import EagleDrafter, EagleDraftModel, fused_features, target_features
 from treespec.errors import ConfigError
+from treespec.lean_decoder import LeanDecoder, lean_decoder
 from treespec.mask import flatten
 from treespec.models import check_pair
 from treespec.policies import TreePolicy, as_policy
@@ -163,10 +164,18 @@ def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: in
     return ModelDrafter(draft, max_length, vocab)
 
 
-def _target_pass(target: PreTrainedModel, want_hidden: bool, layers: tuple[int, ...] = (),
+def target_pass(target: PreTrainedModel, lean: LeanDecoder | None, want_hidden: bool, layers: tuple[int, ...] = (),
                  **inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits [N, V] (and, if asked, the drafter's target features [N, F]: the last hidden states, or those
-    of `layers` fused by treespec.eagle.target_features) of one target forward over the cache."""
+    of `layers` fused by treespec.eagle.target_features) of one target forward over the cache, through
+    `lean` (treespec.lean_decoder) where given: the same arithmetic as transformers' modules."""
+    if lean is not None:
+        hidden, states = lean(inputs["input_ids"][0], inputs["position_ids"][0], inputs["attention_mask"],
+                              inputs["cache"], keep=layers)  # [N, H]
+        logits = target.get_output_embeddings()(hidden)
+        if not want_hidden:
+            return logits, None
+        return logits, fused_features(target, hidden, states, layers) if layers else hidden
     if not want_hidden:
         return target(**inputs, use_cache=True).logits[0], None
     out = target.base_model(**inputs, use_cache=True, output_hidden_states=bool(layers))
@@ -219,6 +228,7 @@ def generate(
     drafter = make_drafter(draft, target, max_length, draft_vocab) if needs_draft else None
     want_hidden = bool(getattr(drafter, "wants_target_hidden", False))
     layers = tuple(getattr(drafter, "target_layers", ()))  # a fused EAGLE head's target layers
+    lean = lean_decoder(target)  # tree passes in fewer steps (not the prefill: transformers' causal pass, as generate)
     prefix_hidden = None
     if len(prompt) > 1:  # the prompt minus its last token: no logits needed
         prefill = target.base_model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True,
@@ -237,7 +247,7 @@ def generate(
         shape = drafted.shape
         prefix_len = cache_length(cache)
         flat = flatten(drafted.tokens.to(device), shape.parents, shape.depths, prefix_len, dtype)
-        logits, hidden = _target_pass(target, want_hidden, layers, input_ids=flat.input_ids, position_ids=flat.position_ids,
+        logits, hidden = target_pass(target, lean, want_hidden, layers, input_ids=flat.input_ids, position_ids=flat.position_ids,
                                       attention_mask=flat.attention_mask, cache=cache)  # [N, V], [N, F] or None
         t2 = clock()
         tokens = drafted.tokens.tolist()

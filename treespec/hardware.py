@@ -57,7 +57,7 @@ from treespec.models import attention_names, cache_root, dtype_name, to_dtype
 from treespec.planner import plan_tree
 
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 5  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 6  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S

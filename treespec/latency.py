@@ -22,8 +22,9 @@ from transformers import PreTrainedModel
 
 from treespec.cache import commit, new_cache
 from treespec.draft import Drafter, StepOutcome
-from treespec.engine import make_drafter
+from treespec.engine import make_drafter, target_pass
 from treespec.errors import ConfigError
+from treespec.lean_decoder import lean_decoder
 from treespec.mask import flatten
 from treespec.optimizer import level_widths
 from treespec.planner import StepCosts
@@ -112,7 +113,8 @@ def _prefilled_cache(model: PreTrainedModel, prefix_len: int, max_len: int, gene
 
 
 def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generator: torch.Generator) -> float:
-    """Seconds for one forward of n tree tokens (a chain mask) on top of the cache, then undo it."""
+    """Seconds for one forward of n tree tokens (a chain mask) on top of the cache, then undo it: the engine's own
+    target pass (treespec.lean_decoder where the model allows it)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.get_text_config().vocab_size
@@ -120,8 +122,8 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     flat = flatten(tokens, tuple(range(-1, n - 1)), tuple(range(n)), prefix_len, dtype)
     _synchronise(device)
     start = time.perf_counter()
-    model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
-          cache=cache, use_cache=True)
+    target_pass(model, lean_decoder(model), False, input_ids=flat.input_ids, position_ids=flat.position_ids,
+                 attention_mask=flat.attention_mask, cache=cache)
     _synchronise(device)
     elapsed = time.perf_counter() - start
     commit(cache, prefix_len, [])

@@ -17,6 +17,8 @@ CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from treespec.errors import ConfigError
@@ -79,14 +81,16 @@ class Int4Linear(torch.nn.Module):
     `keep_codes`, `codes` too (one per byte), so that `rows` can slice them (the kernel's blocks of 16 rows cannot
     be sliced). Output rows are padded to a multiple of 16 with zero codes and cut off after the multiplication."""
 
-    def __init__(self, codes: torch.Tensor, scale_zero: torch.Tensor, bias: torch.Tensor | None, out_features: int,
-                 keep_codes: bool = True):
+    def __init__(self, codes: torch.Tensor | None, scale_zero: torch.Tensor, bias: torch.Tensor | None,
+                 out_features: int, keep_codes: bool = True, packed: torch.Tensor | None = None):
         super().__init__()
-        self.in_features, self.out_features = codes.shape[1], out_features
-        self.group = codes.shape[1] // scale_zero.shape[0]
+        if packed is None:
+            packed = pack_int4(codes)
+        self.in_features, self.out_features = packed.shape[1] * 2, out_features
+        self.group = self.in_features // scale_zero.shape[0]
         self.register_buffer("codes", codes if keep_codes else None)  # [O', I] uint8, O' = O padded to 16k rows
         self.register_buffer("scale_zero", scale_zero)  # [I / group, O', 2]
-        self.register_buffer("packed", pack_int4(codes))  # [O', I / 2] uint8
+        self.register_buffer("packed", packed)  # [O', I / 2] uint8
         self.register_buffer("bias", bias)  # [O] or None
 
     @classmethod
@@ -124,6 +128,30 @@ class Int4Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4"
+
+
+def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
+    """One layer whose output is the concatenation of `layers`' outputs for the same input (q/k/v, gate/up), from
+    their packed rows joined; None where that does not give the same products (the kernel packs rows in blocks:
+    checked on a probe input) or the layers' inputs or groups differ."""
+    first = layers[0]
+    if any(layer.in_features != first.in_features or layer.group != first.group for layer in layers):
+        return None
+    if any(layer.packed.shape[0] != layer.out_features for layer in layers[:-1]):  # padded rows only at the end
+        return None
+    biases = [layer.bias for layer in layers]
+    bias = None
+    if any(b is not None for b in biases):
+        like = next(b for b in biases if b is not None)
+        bias = torch.cat([b if b is not None else like.new_zeros(layer.out_features) for b, layer in zip(biases, layers)])
+    joined = Int4Linear(None, torch.cat([layer.scale_zero for layer in layers], 1), bias,
+                        sum(layer.out_features for layer in layers), keep_codes=False,
+                        packed=torch.cat([layer.packed for layer in layers]))
+    probe = torch.randn(3, first.in_features, generator=torch.Generator().manual_seed(0)).to(
+        device=first.packed.device, dtype=torch.bfloat16)
+    if not torch.equal(joined(probe), torch.cat([layer(probe) for layer in layers], -1)):
+        return None
+    return joined
 
 
 def int4_available(device: torch.device | str = "cpu") -> bool:
