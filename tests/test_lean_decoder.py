@@ -161,3 +161,12 @@ def test_target_pass_is_the_same_through_the_lean_decoder(want_hidden, layers):
 
 def test_an_eager_model_runs_through_transformers():
     assert "eager" in lean_unsupported(tiny_model("llama", seed=0, attn="eager"))
+
+
+@needs_int4
+def test_a_draft_quantized_in_inference_mode_gets_a_decoder():
+    """Inference tensors keep no version counter: the decoder's cache key must not ask them for one."""
+    with torch.inference_mode():
+        model = quantize_draft_weights(tiny_model("qwen2", seed=8, hidden=128), "int4")
+        decoder = lean_decoder(model)
+        assert decoder is not None and lean_decoder(model) is decoder

@@ -148,9 +148,14 @@ def _source_key(model: torch.nn.Module) -> tuple:
                        layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
             key.append(id(module))
             if isinstance(module, Int4Linear):
-                key.extend((id(t), t._version, t.dtype) for t in (module.packed, module.scale_zero, module.bias)
+                key.extend((id(t), _version(t), t.dtype) for t in (module.packed, module.scale_zero, module.bias)
                            if t is not None)
     return tuple(key)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's in-place version counter (None for inference tensors, which keep none)."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def lean_decoder(model: torch.nn.Module) -> LeanDecoder | None:
