@@ -24,7 +24,7 @@ from treespec.cache import commit, new_cache
 from treespec.draft import Drafter, StepOutcome
 from treespec.engine import make_drafter, target_pass
 from treespec.errors import ConfigError
-from treespec.lean_decoder import lean_decoder
+from treespec.lean_decoder import LeanDecoder, lean_decoder
 from treespec.mask import flatten
 from treespec.optimizer import level_widths
 from treespec.planner import StepCosts
@@ -112,9 +112,10 @@ def _prefilled_cache(model: PreTrainedModel, prefix_len: int, max_len: int, gene
     return cache
 
 
-def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generator: torch.Generator) -> float:
+def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generator: torch.Generator,
+                lean: LeanDecoder | None = None) -> float:
     """Seconds for one forward of n tree tokens (a chain mask) on top of the cache, then undo it: the engine's own
-    target pass (treespec.lean_decoder where the model allows it)."""
+    target pass (through `lean`, treespec.lean_decoder's decoder for the model, where given)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.get_text_config().vocab_size
@@ -122,7 +123,7 @@ def _timed_pass(model: PreTrainedModel, cache, prefix_len: int, n: int, generato
     flat = flatten(tokens, tuple(range(-1, n - 1)), tuple(range(n)), prefix_len, dtype)
     _synchronise(device)
     start = time.perf_counter()
-    target_pass(model, lean_decoder(model), False, input_ids=flat.input_ids, position_ids=flat.position_ids,
+    target_pass(model, lean, False, input_ids=flat.input_ids, position_ids=flat.position_ids,
                  attention_mask=flat.attention_mask, cache=cache)
     _synchronise(device)
     elapsed = time.perf_counter() - start
@@ -191,6 +192,7 @@ def measure_latency(
     generator = torch.Generator().manual_seed(seed)
     max_len = prefix_len + max(sizes + widths) + len(widths) + 2
     target_cache = _prefilled_cache(target, prefix_len, max_len, generator)
+    lean = lean_decoder(target)  # looked up once, as generate does
     drafter = make_drafter(draft, target, max_len, draft_vocab) if draft is not None else None
     vocab = target.config.get_text_config().vocab_size
     draft_prefix = torch.randint(0, vocab, (prefix_len,), generator=generator).tolist()
@@ -202,7 +204,7 @@ def measure_latency(
         if max_seconds is not None and rep - warmup >= 2 and time.perf_counter() - start > max_seconds:
             break
         for n in sizes:
-            elapsed = _timed_pass(target, target_cache, prefix_len, n, generator)
+            elapsed = _timed_pass(target, target_cache, prefix_len, n, generator, lean)
             if rep >= warmup:
                 samples[n].append(elapsed)
         if drafter is not None:

@@ -9,11 +9,13 @@ activation, `attention.grouped_query_attention` over the preallocated cache) in 
 14.3 / 15.9 / 18.4 / 29.5 ms through transformers' modules, with the same hidden states (AMD EPYC, 2 cores,
 avx512_bf16, 2026-12-02).
 
-Supported: `LlamaForCausalLM` and `Qwen2ForCausalLM`-shaped models loaded with SDPA attention, without sliding
-attention windows (`lean_unsupported` says why not otherwise). `ModelDrafter` uses it when it can (`lean=False`
-turns it off), and so does the engine for the target's tree passes (the Qwen2.5 1.5B, bf16 on oneDNN-reordered
-weights, 1 token: 95.8 against 100.3 ms, same machine); the prompt's prefill stays transformers' causal pass, as in
-`generate`. The arithmetic is unchanged, so are the target's outputs.
+Supported: `LlamaForCausalLM` and `Qwen2ForCausalLM`-shaped models loaded with SDPA attention, in eval mode,
+without sliding attention windows, hooks or accelerate dispatch (`lean_unsupported` says why not otherwise).
+`ModelDrafter` runs every draft pass through it when it can, the prompt's included (`lean=False` turns it off); the
+engine runs the target's tree passes through it (the Qwen2.5 1.5B, bf16 on oneDNN-reordered weights, 1 token: 95.8
+against 100.3 ms, same machine), while the target's prompt prefill stays transformers' causal pass, as in `generate`.
+With `treespec_sdpa` on a CPU the operations are transformers' own, so are the target's outputs; with stock `sdpa`
+(or on CUDA) transformers copies the cache per query head instead, equal up to float rounding.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from treespec.attention import grouped_query_attention
+from treespec.attention import group_mask, grouped_query_attention
 from treespec.quantize import Int4Linear, concat_int4
 
 MODEL_TYPES = ("llama", "qwen2")
@@ -56,6 +58,13 @@ def lean_unsupported(model: torch.nn.Module) -> str | None:
     decoder = getattr(model, "model", None)
     if decoder is None or not hasattr(decoder, "layers") or not hasattr(decoder, "rotary_emb"):
         return "not a decoder with layers and a rotary embedding"
+    if model.training:
+        return "training mode (dropout)"
+    if getattr(model, "hf_device_map", None) or any(
+            module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook") for module in model.modules()):
+        return "forward hooks or accelerate dispatch, which a lean pass would skip"
+    if len(decoder.layers) != config.num_hidden_layers:
+        return f"{len(decoder.layers)} layers where the config says {config.num_hidden_layers}"
     for layer in decoder.layers:
         attention = layer.self_attn
         if getattr(attention, "sliding_window", None) is not None:
@@ -79,8 +88,9 @@ def _joined(layers: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor], torch
 @dataclass(frozen=True)
 class _Layer:
     input_norm: torch.Tensor  # [H]
+    input_eps: float
     attention_norm: torch.Tensor  # [H]
-    eps: float
+    attention_eps: float
     qkv: Callable[[torch.Tensor], torch.Tensor]  # [M, H] -> [M, (heads + 2 kv_heads) * d]
     out: torch.nn.Module  # o_proj
     gate_up: Callable[[torch.Tensor], torch.Tensor]  # [M, H] -> [M, 2 I]
@@ -106,8 +116,8 @@ class LeanDecoder:
         self.rotary = decoder.rotary_emb
         self.final_norm, self.final_eps = decoder.norm.weight, decoder.norm.variance_epsilon
         self.layers = [
-            _Layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                   layer.input_layernorm.variance_epsilon,
+            _Layer(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+                   layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
                    _joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                    layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
                    layer.mlp.act_fn, layer.self_attn.scaling)
@@ -124,33 +134,36 @@ class LeanDecoder:
         m, d = x.shape[0], self.head_dim
         cos, sin = self.rotary(x, position_ids[None])  # [1, M, d]
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
+        mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.eps))  # [M, (heads + 2 kv_heads) d]
+            qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.input_eps))  # [M, (heads + 2 kv_heads) d]
             query = rotate(qkv[:, :q_end].view(m, self.heads, d).transpose(0, 1), cos, sin)  # [heads, M, d]
             key = rotate(qkv[:, q_end:k_end].view(m, self.kv_heads, d).transpose(0, 1), cos, sin)
             value = qkv[:, k_end:].view(m, self.kv_heads, d).transpose(0, 1)
             keys, values = cache.layers[index].update(key[None], value[None])  # [1, kv_heads, L + M, d]
             attended = grouped_query_attention(query[None], keys, values, mask, scale=layer.scale)  # [1, heads, M, d]
             x = x + layer.out(attended[0].transpose(0, 1).reshape(m, self.heads * d))
-            gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.eps))  # [M, 2 I]
+            gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [M, 2 I]
             x = x + layer.down(layer.act(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate:])
             if index + 1 in keep:
                 kept[index + 1] = x
         return rms_norm(x, self.final_norm, self.final_eps), kept
 
 
-def _source_key(model: torch.nn.Module) -> tuple:
-    """What a built decoder holds: every projection module, and for 4-bit ones the tensors it may have copied
-    into a joined product (their identity, version and dtype)."""
-    key = []
-    for layer in model.model.layers:
+def _sources(model: torch.nn.Module) -> tuple[list, list]:
+    """What a built decoder was made from: the modules and tensors it holds or copied (embedding, rotary embedding,
+    norms, projections, 4-bit tensors), and the in-place versions of those tensors."""
+    decoder = model.model
+    objects = [decoder.embed_tokens, decoder.rotary_emb, decoder.norm.weight]
+    for layer in decoder.layers:
+        objects += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight, layer.mlp.act_fn]
         for module in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
                        layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
-            key.append(id(module))
+            objects.append(module)
             if isinstance(module, Int4Linear):
-                key.extend((id(t), _version(t), t.dtype) for t in (module.packed, module.scale_zero, module.bias)
-                           if t is not None)
-    return tuple(key)
+                objects += [t for t in (module.packed, module.scale_zero, module.bias) if t is not None]
+    versions = [_version(o) for o in objects if isinstance(o, torch.Tensor)]
+    return objects, versions
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -159,13 +172,14 @@ def _version(tensor: torch.Tensor) -> int | None:
 
 
 def lean_decoder(model: torch.nn.Module) -> LeanDecoder | None:
-    """The model's `LeanDecoder`, built once per model (again after a projection module or a 4-bit weight changes),
-    or None when `lean_unsupported(model)`."""
+    """The model's `LeanDecoder`, built once per model (again when a module or tensor it was made from is replaced or
+    changed in place), or None when `lean_unsupported(model)`."""
     if lean_unsupported(model) is not None:
         return None
-    key = _source_key(model)
+    objects, versions = _sources(model)
     kept = _DECODERS.get(model)
-    if kept is None or kept[0] != key:
-        kept = (key, LeanDecoder(model))
+    if (kept is None or len(kept[0]) != len(objects) or any(a is not b for a, b in zip(kept[0], objects))
+            or kept[1] != versions):
+        kept = (objects, versions, LeanDecoder(model))  # holding the sources: no id reuse can fake a match
         _DECODERS[model] = kept
-    return kept[1]
+    return kept[2]
