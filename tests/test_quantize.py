@@ -109,6 +109,18 @@ def test_a_vocabulary_subset_of_a_4_bit_head_is_its_logits_restricted():
             assert int(torch.isneginf(part).sum()) == part.shape[0] * (64 - 7)
 
 
+def test_a_vocabulary_subset_of_a_head_quantized_in_inference_mode():
+    """Inference tensors keep no version counter: the subset head's cache must not ask them for one."""
+    vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
+    with torch.inference_mode():
+        draft = quantize_draft_weights(tiny_model("qwen2", seed=1, layers=1), "int4")
+        first, again = ModelDrafter(draft, 64, vocab), ModelDrafter(draft, 64, vocab)
+        assert again._int4 is first._int4 and first._int4.out_features == 7  # built once, then reused
+        for d in (first, again):
+            d.reset([3, 17, 5, 9])
+        assert torch.equal(first.root_logits(9), again.root_logits(9))
+
+
 def test_first_two_tokens_follow_the_target_with_a_4_bit_draft():
     v, runs = 8, 1500
     target = tiny_model("llama", seed=10, vocab=v, hidden=32, layers=1, sharpness=6.0)

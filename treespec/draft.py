@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 from treespec.cache import cache_length, commit, new_cache
 from treespec.errors import ConfigError
 from treespec.layouts import OneDNNLinear, onednn_linear, onednn_weight
-from treespec.lean_decoder import lean_decoder
+from treespec.lean_decoder import lean_decoder, tensor_version
 from treespec.mask import additive
 from treespec.quantize import Int4Linear
 
@@ -92,7 +92,7 @@ def _subset_head_parts(head: torch.nn.Module, vocab: torch.Tensor) -> tuple:
     its weight storage and version (in-place changes) stay the same: building them (packing 4-bit codes,
     reordering for oneDNN) took ~0.5 s for a 32768-row subset of Qwen2.5 0.5B's head, on every `generate` call."""
     storage = head.packed if isinstance(head, Int4Linear) else head.weight
-    key = (type(head), storage.data_ptr(), storage._version, storage.dtype, tuple(storage.stride()))
+    key = (type(head), storage.data_ptr(), tensor_version(storage), storage.dtype, tuple(storage.stride()))
     cached = _SUBSET_HEADS.get(head)
     if cached is not None and cached[0] == key and torch.equal(cached[1], vocab):
         return cached[2]

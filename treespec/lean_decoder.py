@@ -162,11 +162,11 @@ def _sources(model: torch.nn.Module) -> tuple[list, list]:
             objects.append(module)
             if isinstance(module, Int4Linear):
                 objects += [t for t in (module.packed, module.scale_zero, module.bias) if t is not None]
-    versions = [_version(o) for o in objects if isinstance(o, torch.Tensor)]
+    versions = [tensor_version(o) for o in objects if isinstance(o, torch.Tensor)]
     return objects, versions
 
 
-def _version(tensor: torch.Tensor) -> int | None:
+def tensor_version(tensor: torch.Tensor) -> int | None:
     """The tensor's in-place version counter (None for inference tensors, which keep none)."""
     return None if tensor.is_inference() else tensor._version
 
