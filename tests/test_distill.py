@@ -186,7 +186,7 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     (second / "teacher").symlink_to(run / "teacher")
     result = _train_draft(second, tiny_target_dir, "draft.kind=eagle", "train.max_steps=2", "draft.eagle_unroll=3",
                           "draft.eagle_feature_layers=[0,1,2]", f"draft.init_from={run / 'draft'}",
-                          f"corpus.dir={run / 'corpus'}", "train.dtype=bfloat16")
+                          f"corpus.dir={run / 'corpus'}", "train.dtype=bfloat16", "draft.freeze_head=false")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list((run / "teacher").glob("*.top20.features-0-1-2.pt"))) == 2
     assert json.loads((second / "vocab.json").read_text())["ids"] == json.loads((run / "vocab.json").read_text())["ids"]
@@ -196,6 +196,8 @@ def test_train_eagle_head_smoke_run(tmp_path, tiny_target_dir):
     assert "one decoder layer (the start draft's, then trained)" in card and "tokens (the start draft's;" in card
     assert "fused target feature" in card and "loss on tokens only" in card and "d=2: " in card and "d=3: " in card
     assert "torch threads, the forward in bf16 autocast)" in card and "autocast" not in (run / "draft" / "README.md").read_text()
+    assert "(frozen in training)" in (run / "draft" / "README.md").read_text() and "`draft.freeze_head=false`" in card
+    assert not torch.equal(load_model(second / "draft").lm_head.weight, head.lm_head.weight)  # the LM head trained too
     assert json.loads((second / "draft" / "training_summary.json").read_text())["train_precision"] == "bfloat16"
     log = [json.loads(line) for line in (second / "train_log.jsonl").read_text().splitlines()]
     assert "greedy_agree_top1_level3" in log[0] and "agree_top1_level2" in log[-1]

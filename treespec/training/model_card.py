@@ -53,7 +53,8 @@ def model_card(summary: dict, draft: torch.nn.Module) -> str:
                         f"embedding (shared at run time, not stored), then {decoder}"
                         + (", then trained); its output estimates f_j.\n" if not layers else
                            ", then trained); its output is the feature it reads one tree level down.\n")
-                        + f"- {vocab}{' (frozen in training)' if cfg['draft']['freeze_head'] else ''}.")
+                        + f"- {vocab}" + (" (frozen in training)." if cfg["draft"]["freeze_head"] else
+                                          " (trained with the rest: `draft.freeze_head=false`)."))
         objective = ("Cross-entropy against the target's top-k distribution at every answer position"
                      + (f" plus {cfg['draft']['feature_weight']} x smooth-L1 between the head's output and the target's next "
                         "feature" if not layers else " (a loss on tokens only: no feature regression)")
