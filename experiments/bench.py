@@ -56,7 +56,7 @@ from treespec.configs import (
 )
 from treespec.engine import generate
 from treespec.errors import ConfigError
-from treespec.hardware import configure
+from treespec.hardware import body_dtype, configure
 from treespec.reporting import bench_table, format_table
 from treespec.sampling import SamplingConfig
 
@@ -181,10 +181,11 @@ def run(cfg: DictConfig) -> list[dict]:
     wanted = {cfg.method_drafts[m] for m in methods if m in cfg.method_drafts}
     if "hf_assisted" in methods:
         wanted.add(model.assistant or cfg.draft)
-    for name in wanted - set(drafts):  # other drafts take the dtype and layout chosen for the pair's draft
+    # other drafts take the dtype (without a bf16 EAGLE output layer) and layout chosen for the pair's draft
+    for name in wanted - set(drafts):
         other = load_pair(cfg.target, name, device=device, dtype="float32", attn_implementation=model.attn_implementation,
                           layout="standard").draft
-        drafts[name] = configure(other, pair.hardware.draft_dtype or pair.hardware.target_dtype,
+        drafts[name] = configure(other, body_dtype(pair.hardware.draft_dtype or pair.hardware.target_dtype),
                                  pair.hardware.draft_layout or pair.hardware.target_layout)
     assistant = drafts.get(model.assistant or cfg.draft)
     prompts = load_data(cli.to_spec(DataSpec, cfg.data), pair.tokenizer)

@@ -10,7 +10,7 @@ from conftest import tiny_model
 import treespec
 from treespec import policies
 from treespec.draft import StepOutcome
-from treespec.eagle import EagleDraftConfig, EagleDrafter, EagleDraftModel, causal_mask, target_features
+from treespec.eagle import EagleDraftConfig, EagleDrafter, EagleDraftModel, causal_mask, set_output_dtype, target_features
 from treespec.errors import ConfigError
 from treespec.mask import additive
 from treespec.models import load_model
@@ -241,6 +241,28 @@ def test_fused_head_drafts_alike_in_the_batched_engine(heads, request):
     batched = treespec.generate_batch(target, head, prompts, tree=tree, max_new_tokens=16)
     for one, row in zip(single, batched):  # same trees accepted step by step: the batched head drafts the same
         assert [s.accepted for s in row.steps] == [s.accepted for s in one.steps]
+
+
+@pytest.mark.parametrize("engine", ["single", "batch"])
+def test_greedy_parity_with_a_bf16_output_layer(target_and_fused_head, engine):
+    """hardware.BF16_HEAD: the head's lm_head alone in bf16 drafts other logits, not other outputs."""
+    target, head = target_and_fused_head
+    mixed = set_output_dtype(copy.deepcopy(head), torch.bfloat16)
+    assert mixed.lm_head.weight.dtype == torch.bfloat16 and mixed.fc.weight.dtype == torch.float32
+    prompts = ([3, 17, 5, 9], [42], [8, 1, 60, 33, 2, 19])
+    expected = [target.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False)[0, len(p):].tolist() for p in prompts]
+    tree = policies.Dynamic(10, 5, 3)
+    if engine == "single":
+        got = [treespec.generate(target, mixed, p, tree=tree, max_new_tokens=20).tokens for p in prompts]
+    else:
+        got = [g.tokens for g in treespec.generate_batch(target, mixed, prompts, tree=tree, max_new_tokens=20)]
+    assert got == expected
+    with torch.no_grad():
+        theirs, ours = (_root_and_children(h, target, prompts[0], _fused_features(target, prompts[0][:-1]))
+                        for h in (head, mixed))
+    for a, b in zip(ours, theirs):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, atol=0.05, rtol=0.02)
 
 
 def test_fused_head_starting_as_the_single_layer_head_drafts_alike(target_and_head):

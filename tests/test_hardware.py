@@ -1,6 +1,8 @@
 """hardware=auto: profiles measured on first use and cached by what they depend on; layouts and dtypes by
 measurement. Nothing here assumes a particular CPU: ISA-dependent choices are forced with monkeypatch."""
 
+import copy
+
 import pytest
 import torch
 import yaml
@@ -10,7 +12,8 @@ from treespec import hardware
 from treespec.errors import ConfigError
 from treespec.hardware import auto_profile, device_identity, model_fingerprint
 from treespec.latency import LatencyProfile
-from treespec.layouts import HybridLinear, linear_layout, set_linear_layout
+from treespec.layouts import HybridLinear, linear_layout, onednn_available, set_linear_layout
+from treespec.training import train
 
 FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
 
@@ -110,6 +113,57 @@ def test_bf16_is_measured_only_where_it_is_fast(cache_dir, monkeypatch):
         (role, dtype) for role in ("target", "draft") for dtype in ("float32", "bfloat16")}
     assert str(next(target.parameters()).dtype) == f"torch.{resolved.target_dtype}"
     assert str(next(draft.parameters()).dtype) == f"torch.{resolved.draft_dtype}"
+
+
+def eagle_pair():
+    target = tiny_model("llama", seed=0, layers=3)
+    torch.manual_seed(4)
+    return target, train.init_eagle_from_target(target, list(range(0, 64, 2)), feature_layers=[1, 2, 3]).eval()
+
+
+@pytest.mark.parametrize("layout", ["standard", "onednn"])
+def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_dir, monkeypatch, layout):
+    """An fp32 EAGLE head is also timed with only its lm_head in bf16 (BF16_HEAD) where bf16 is fast, whatever
+    dtype was asked for; the cheaper one is kept and comes back from the cache in the same precision."""
+    if layout == "onednn" and not onednn_available():
+        pytest.skip("torch without oneDNN")
+    cheap_head = {"float32": 2.0, hardware.BF16_HEAD: 1.0}
+
+    def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        return LatencyProfile({n: 10.0 + n for n in sizes}, 1.0, {},
+                              {w: cheap_head[hardware.precision_name(draft)] for w in draft_widths} if draft else {})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
+    target, loaded = eagle_pair()
+    _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
+    assert {c["dtype"] for c in resolved.candidates if c["role"] == "draft"} == {"float32"}
+    monkeypatch.setattr(hardware, "fast_bf16", lambda device: True)
+    _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
+    assert [c["dtype"] for c in resolved.candidates if c["role"] == "draft"] == ["float32", hardware.BF16_HEAD]
+    assert resolved.draft_dtype == hardware.BF16_HEAD == resolved.profile.settings["draft_dtype"]
+    assert head.lm_head.weight.dtype == torch.bfloat16 and head.fc.weight.dtype == torch.float32
+    assert linear_layout(head) == layout and resolved.target_dtype == "float32"
+    _, head, cached = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)  # as loaded anew
+    assert cached.origin.startswith("cached from") and hardware.precision_name(head) == hardware.BF16_HEAD
+    _, plain, resolved = auto_profile(*pair(), **FAST)  # a causal-LM draft has no such variant
+    assert hardware.BF16_HEAD not in {c["dtype"] for c in resolved.candidates}
+
+
+def test_bf16_head_precision_is_for_eagle_heads_and_keeps_their_logits():
+    target, head = eagle_pair()
+    features = torch.randn(5, 32)
+    with torch.no_grad():
+        reference = head.reduced_logits(features)
+        hardware.configure(head, hardware.BF16_HEAD, "standard")
+        mixed = head.reduced_logits(features)
+    assert mixed.dtype == torch.float32 and hardware.precision_name(head) == hardware.BF16_HEAD
+    torch.testing.assert_close(mixed, reference, atol=0.05, rtol=0.02)  # bf16 keeps 8 bits of mantissa
+    hardware.configure(head, "float32", "standard")
+    assert head.lm_head.weight.dtype == torch.float32 and hardware.precision_name(head) == "float32"
+    assert hardware.body_dtype(hardware.BF16_HEAD) == "float32" and hardware.body_dtype("bfloat16") == "bfloat16"
+    with pytest.raises(ConfigError, match="EAGLE heads"):
+        hardware.configure(tiny_model("llama", seed=1, layers=1), hardware.BF16_HEAD, "standard")
 
 
 def test_fingerprints_follow_the_weights_not_their_layout():

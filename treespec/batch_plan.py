@@ -32,7 +32,7 @@ import yaml
 
 from treespec.batch_latency import BatchLatencyProfile, measure_batch_latency
 from treespec.errors import ConfigError
-from treespec.hardware import describe_device, device_identity, model_fingerprint, profiles_dir, write_cache
+from treespec.hardware import describe_device, device_identity, model_fingerprint, precision_name, profiles_dir, write_cache
 from treespec.latency import DRAFT_WIDTHS
 from treespec.layouts import linear_layout
 from treespec.models import attention_names, dtype_name
@@ -149,7 +149,7 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
             "torch": str(torch.__version__), "threads": torch.get_num_threads(),
             "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
             "target_dtype": dtype_name(target), "target_layout": linear_layout(target),
-            "draft_dtype": dtype_name(draft) if draft is not None else None,
+            "draft_dtype": precision_name(draft) if draft is not None else None,
             "draft_layout": linear_layout(draft) if draft is not None else None,
             "attention": attention_names(target, draft), "prefix_len": int(prefix_len),
             "batch_sizes": sorted({int(b) for b in batch_sizes}),

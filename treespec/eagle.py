@@ -137,13 +137,25 @@ class EagleDraftModel(LlamaPreTrainedModel):
         return x
 
     def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., H] -> [..., K] logits over `output_ids`."""
-        return self.lm_head(hidden)
+        """[..., H] -> [..., K] logits over `output_ids`, in `hidden`'s dtype (an output layer kept in another
+        precision, `set_output_dtype`, reads `hidden` cast to its own)."""
+        head_dtype = self.lm_head.weight.dtype
+        if hidden.dtype == head_dtype:
+            return self.lm_head(hidden)
+        return self.lm_head(hidden.to(head_dtype)).to(hidden.dtype)
 
     def expand_logits(self, reduced: torch.Tensor) -> torch.Tensor:
         """[..., K] -> [..., V] with -inf outside the reduced vocabulary."""
         full = reduced.new_full((*reduced.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.scatter_(-1, self.output_ids.expand(*reduced.shape[:-1], -1), reduced)
+
+
+def set_output_dtype(head: EagleDraftModel, dtype: torch.dtype) -> EagleDraftModel:
+    """The head's output layer (lm_head [K, H], its largest matrix) in `dtype`, the rest as it is (in place; plain
+    linear layouts only). Drafting only: a bf16 output layer reads h rounded to bf16 and returns logits in the
+    body's dtype; training keeps one dtype."""
+    head.lm_head.to(dtype)
+    return head
 
 
 def causal_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:

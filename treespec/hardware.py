@@ -8,7 +8,9 @@ layout that holds both and switches at that size (`layouts.HybridLinear`) is mea
 so are MKL-packed weights (`layouts.PackedLinear`) for every pass and from their crossover with the standard
 layout, when their padded copies fit in half the memory available; and, where torch has oneDNN, weights reordered
 once for oneDNN's kernel (`layouts.OneDNNLinear`), for both models and in every dtype, when that copy fits in half
-the memory available. The draft keeps
+the memory available. An EAGLE head in fp32 is also timed with its output layer alone in bf16 (`BF16_HEAD`:
+its largest matrix at half the bytes; drafts only propose, so this changes no output's distribution) wherever
+bf16 is fast, whichever dtype was asked for. The draft keeps
 the configuration whose draft levels are cheapest; the target the one with the best planned tokens per
 second (or the fastest 1-token pass when there is no acceptance to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 import yaml
 
+from treespec.eagle import EagleDraftModel, set_output_dtype
 from treespec.errors import ConfigError
 from treespec.latency import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
 from treespec.layouts import (
@@ -57,7 +60,7 @@ from treespec.models import attention_names, cache_root, dtype_name, to_dtype
 from treespec.planner import plan_tree
 
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 6  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 7  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S
@@ -65,6 +68,7 @@ SLOW_PASS_S = 0.1
 GPU_SIZES = (1, 2, 4, 8, 16, 32, 64, 96, 128)
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
+BF16_HEAD = "float32+bfloat16_head"  # an EAGLE head in fp32 whose output layer (lm_head) is bf16
 
 
 def _cpu_info() -> tuple[str, set[str]]:
@@ -202,10 +206,10 @@ def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[s
     oneDNN layout's second copy must fit in half the memory available; where it does not, `skipped(dtype, layout,
     error)` is called instead."""
     for dtype in dtypes:
-        if dtype_name(model) == dtype:
+        if precision_name(model) == dtype:
             base = model
         else:  # a packed copy cannot be deep-copied or converted: copy the plain weights
-            base = copy.deepcopy(set_linear_layout(model, "standard")).to(to_dtype(dtype))
+            base = with_precision(copy.deepcopy(set_linear_layout(model, "standard")), dtype)
         for layout in layouts:
             try:
                 set_linear_layout(base, layout, max_extra_bytes=_memory_budget() if layout == ONEDNN else None)
@@ -312,9 +316,10 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     if layout == "auto" and device.type == "cpu" and onednn_available():
         layouts.append(ONEDNN)
+    draft_dtypes = draft_precisions(draft, dtypes, device) if draft is not None else []
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
-           "dtype": dtype, "candidates": dtypes, "layout": layout, "prefix_len": prefix_len,
+           "dtype": dtype, "candidates": dtypes, "draft_candidates": draft_dtypes, "layout": layout, "prefix_len": prefix_len,
            "attention": attention_names(target, draft)}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
@@ -341,7 +346,7 @@ def auto_profile(
     # a draft whose linear layers are all 4-bit (treespec.quantize) has no weights for a layout to store
     quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
     draft_layouts = ["standard"] if quantized else layouts
-    total = configurations + (len(dtypes) * len(draft_layouts) if draft is not None else 0) + extras + 1
+    total = configurations + len(draft_dtypes) * len(draft_layouts) + extras + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -357,7 +362,7 @@ def auto_profile(
         return lambda dtype, layout, error: tick(f"{role} {dtype} {layout}: skipped ({error})")
 
     if draft is not None:  # the draft's cheapest configuration, timed with the target as loaded
-        for d_dtype, d_layout, variant in _variants(draft, dtypes, draft_layouts, skipped("draft")):
+        for d_dtype, d_layout, variant in _variants(draft, draft_dtypes, draft_layouts, skipped("draft")):
             measured = measure_latency(target, variant, sizes=(1,), draft_widths=DRAFT_WIDTHS, **common)
             score = sum(measured.draft_width_ms.values())
             candidates.append({"role": "draft", "dtype": d_dtype, "layout": d_layout, "draft_width_ms": {
@@ -423,6 +428,7 @@ def auto_profile(
     seconds = time.perf_counter() - start
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
             "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1),
+            **({"draft_dtype": draft_choice[1]} if draft_choice else {}),
             "layout_extra_mb": round(extra_bytes(target) / 1e6, 1)}
     profile = LatencyProfile(profile.target_ms, profile.draft_ms, info, profile.draft_width_ms, overhead, baseline)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
@@ -435,17 +441,50 @@ def auto_profile(
                                     draft, candidates)
 
 
+def draft_precisions(draft: torch.nn.Module, dtypes: Sequence[str], device: torch.device) -> list[str]:
+    """The precisions a draft is timed in: `dtypes`, and for an EAGLE head with fp32 among them `BF16_HEAD`
+    where bf16 is fast (`fast_bf16`)."""
+    extra = isinstance(draft, EagleDraftModel) and "float32" in dtypes and fast_bf16(device)
+    return list(dtypes) + ([BF16_HEAD] if extra else [])
+
+
+def precision_name(model: torch.nn.Module) -> str:
+    """A model's precision as `configure` names it: its parameters' dtype, or `BF16_HEAD` for an fp32 EAGLE head
+    whose output layer is bf16."""
+    if isinstance(model, EagleDraftModel) and model.lm_head.weight.dtype != model.fc.weight.dtype:
+        if (dtype_name(model.fc.weight.dtype), dtype_name(model.lm_head.weight.dtype)) == ("float32", "bfloat16"):
+            return BF16_HEAD
+        raise ConfigError(f"an EAGLE head in {model.fc.weight.dtype} with its output layer in "
+                          f"{model.lm_head.weight.dtype}: only {BF16_HEAD} is a named precision")
+    return dtype_name(model)
+
+
+def with_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """`model` (plain layout) converted in place to `precision`: a dtype name, or `BF16_HEAD` (EAGLE heads)."""
+    if precision != BF16_HEAD:
+        return model.to(to_dtype(precision))
+    if not isinstance(model, EagleDraftModel):
+        raise ConfigError(f"{BF16_HEAD} is a precision for EAGLE heads, not for a {type(model).__name__}")
+    return set_output_dtype(model.to(torch.float32), torch.bfloat16)
+
+
+def body_dtype(precision: str) -> str:
+    """The dtype of everything but an EAGLE head's output layer: "float32" for `BF16_HEAD`, else `precision`."""
+    return "float32" if precision == BF16_HEAD else precision
+
+
 def configure(model: torch.nn.Module, dtype: str, layout: str) -> torch.nn.Module:
-    """`model` in `dtype` (converted in place) with its linear weights stored in `layout`."""
-    if dtype_name(model) != dtype:  # a packed copy cannot be converted: back to plain weights first
-        model = set_linear_layout(model, "standard").to(to_dtype(dtype))
+    """`model` in `dtype` (a dtype name, or `BF16_HEAD` for an EAGLE head; converted in place) with its linear
+    weights stored in `layout`."""
+    if precision_name(model) != dtype:  # a packed copy cannot be converted: back to plain weights first
+        model = with_precision(set_linear_layout(model, "standard"), dtype)
     return set_linear_layout(model, layout)
 
 
 def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], target, draft,
               candidates: Sequence[dict[str, Any]], name: str = "auto") -> ResolvedHardware:
     return ResolvedHardware(profile, name, origin, describe_device(identity), dtype_name(target), linear_layout(target),
-                            dtype_name(draft) if draft is not None else None,
+                            precision_name(draft) if draft is not None else None,
                             linear_layout(draft) if draft is not None else None, tuple(candidates))
 
 
