@@ -8,7 +8,8 @@ Greedy only: each prompt is decoded by the target alone, then teacher-forced thr
 (EAGLE heads: their unrolled levels). Writes position_agreement.yaml into the run directory: agreement by depth
 over every generated position (what a training run's held-out agreement estimates), depth-1 agreement at the
 positions where the passes of a spine-tree decode start and elsewhere, the share of generated tokens in the
-draft's vocabulary, and the replayed decode's P_1 by depth (what `measure_acceptance width=W depth=D` reports).
+draft's vocabulary, and the replayed decode's P_1 by depth (what `measure_acceptance width=W depth=D` reports);
+`by_category` repeats these per prompt category (MT-Bench's eight; the pool's) when the set has more than one.
 """
 
 from __future__ import annotations
@@ -57,18 +58,22 @@ def run(cfg: DictConfig) -> dict:
     prompts = load_data(data, pair.tokenizer)
     vocabulary = getattr(pair.draft.config, "output_token_ids", None) or None
     total = PositionAgreement.empty(cfg.depth, cfg.width)
+    by_category: dict[str, PositionAgreement] = {}
     with tqdm(total=len(prompts), desc="position agreement", unit="prompt") as bar:
-        for _, ids in prompts:
+        for prompt, ids in prompts:
             generated = autoregressive(pair.target, ids, max_new_tokens=cfg.max_new_tokens).tokens
             tokens = torch.tensor(list(ids) + generated)
             proposals = teacher_forced_proposals(pair.target, pair.draft, tokens, cfg.depth, cfg.width)
-            total = total + position_agreement(proposals, tokens, len(ids) - 1, len(generated), cfg.max_new_tokens,
-                                               vocabulary)
+            counts = position_agreement(proposals, tokens, len(ids) - 1, len(generated), cfg.max_new_tokens, vocabulary)
+            total = total + counts
+            category = prompt.category or "none"
+            by_category[category] = by_category.get(category, PositionAgreement.empty(cfg.depth, cfg.width)) + counts
             bar.update(1)
     result = {"settings": {"model": model.name, "target": cfg.target, "draft": cfg.draft, "data": data.name,
                            "prompts": len(prompts), "width": cfg.width, "depth": cfg.depth,
                            "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype, "layout": cfg.layout},
-              **total.summary()}
+              **total.summary(),
+              **({"by_category": {c: a.summary() for c, a in by_category.items()}} if len(by_category) > 1 else {})}
     path = cli.output_dir() / "position_agreement.yaml"
     path.write_text(yaml.safe_dump(result, sort_keys=False))
     print(f"teacher-forced agreement by depth (every position): {result['agreement_by_depth']}")
@@ -77,6 +82,10 @@ def run(cfg: DictConfig) -> dict:
     print(f"generated tokens in the draft's vocabulary: {result['in_draft_vocabulary']}")
     print(f"replayed spine decode (width {cfg.width}, depth {cfg.depth}): P_1 by depth {result['walk_p1_by_depth']}, "
           f"{result['walk_tokens_per_pass']} tokens per pass -> {path}")
+    for category, summary in result.get("by_category", {}).items():
+        print(f"  {category:>15}: every position {summary['agreement_by_depth']}, depth 1 where passes start "
+              f"{summary['agreement_at_pass_starts']}, in the draft's vocabulary {summary['in_draft_vocabulary']}, "
+              f"P_1 by depth {summary['walk_p1_by_depth']}")
     return result
 
 

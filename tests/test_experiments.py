@@ -136,14 +136,17 @@ def test_acceptance_latency_tree_pipeline(tmp_path):
 
 
 def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
-    common = ["model=tiny", "data=pool", "data.limit=2", "max_new_tokens=12", "width=3", "depth=2", "threads=1"]
+    common = ["model=tiny", "data=pool", "data.limit=3", "max_new_tokens=12", "width=3", "depth=2", "threads=1"]
     _app("measure_acceptance.py", *common, f"hydra.run.dir={tmp_path / 'acc'}")
     result = _app("position_agreement.py", *common, f"hydra.run.dir={tmp_path / 'pos'}")
     measured = yaml.safe_load((tmp_path / "acc" / "acceptance.yaml").read_text())
     report = yaml.safe_load((tmp_path / "pos" / "position_agreement.yaml").read_text())
     assert report["walk_p1_by_depth"] == [round(row[0], 4) for row in measured["matrix"]]
-    assert report["walk_passes"] == measured["settings"]["target_passes"] and report["settings"]["prompts"] == 2
+    assert report["walk_passes"] == measured["settings"]["target_passes"] and report["settings"]["prompts"] == 3
     assert len(report["agreement_by_depth"]) == 2 and report["in_draft_vocabulary"] == 1.0
+    categories = report["by_category"]  # the pool's first 3 prompts span categories; their counts add up
+    assert len(categories) > 1 and sum(c["walk_passes"] for c in categories.values()) == report["walk_passes"]
+    assert sum(c["new_tokens"] for c in categories.values()) == report["new_tokens"]
     assert "where passes start" in result.stdout
     if layouts.onednn_available():  # the same decode on oneDNN-reordered weights (tiny models: no near-ties to flip)
         _app("position_agreement.py", *common, "layout=onednn", f"hydra.run.dir={tmp_path / 'onednn'}")
