@@ -34,7 +34,7 @@ def test_default_target_loads_offline(target, tokenizer):
 def test_committed_draft_is_small_documented_and_loads(name, target):
     directory = ASSETS / name
     size_mb = sum(p.stat().st_size for p in directory.iterdir()) / 1e6
-    assert size_mb <= 30, f"{name} is {size_mb:.1f} MB"
+    assert size_mb <= 35, f"{name} is {size_mb:.1f} MB"  # the default head: 16384 output rows, its tokenizer: 33.1 MB
     for file in ("config.json", "model.safetensors", "tokenizer.json", "README.md", "training_summary.json"):
         assert (directory / file).is_file(), file
     assert "## Measured against the target" in (directory / "README.md").read_text()
@@ -58,11 +58,12 @@ def test_committed_eagle_head_is_fused_and_drafts_as_when_it_was_committed(targe
     as it did when it was committed: its steps and logits then (1 torch thread, an AMD EPYC with avx512_bf16)."""
     draft = models.load_model(models.DEFAULT_DRAFT)
     assert draft.config.feature_layers == [3, 15, 30] and draft.fuse.weight.shape == (576, 3 * 576)
+    assert draft.lm_head.weight.shape == (16384, 576)  # grown from 8192 output tokens (vocab.grow)
     prompt = encode_prompt(tokenizer, "Name three colours and say why people like them.")
     got = treespec.generate(target, draft, prompt, tree=treespec.policies.Dynamic(8, 4, 3), max_new_tokens=24)
     assert [(s.tree_size, s.accepted, s.accepted_ranks) for s in got.steps] == [
         (8, 3, (1, 0)), (8, 1, ()), (8, 4, (0, 0, 0)), (8, 2, (0,)), (8, 1, ()), (8, 4, (1, 0, 0)), (8, 1, ()),
-        (8, 2, (0,)), (8, 3, (0, 0)), (8, 3, (0, 1))]
+        (8, 3, (0, 1)), (8, 2, (0,)), (8, 3, (0, 1))]
     with torch.no_grad():
         drafter = EagleDrafter(draft, target, 128)
         out = target.base_model(torch.tensor([prompt[:-1]]), output_hidden_states=True)
@@ -70,7 +71,7 @@ def test_committed_eagle_head_is_fused_and_drafts_as_when_it_was_committed(targe
         root = drafter.root_logits(prompt[-1]).topk(5)
         nodes = drafter.node_logits([1, 2], [33, 504], [0, 0]).topk(3, dim=-1)
     assert root.indices.tolist() == [504, 33, 2705, 2122, 788]
-    torch.testing.assert_close(root.values, torch.tensor([21.0858, 20.2623, 19.8700, 19.4912, 19.4577]), atol=2e-3, rtol=0)
-    assert nodes.indices.tolist() == [[30, 31752, 28], [768, 2988, 905]]
-    torch.testing.assert_close(nodes.values, torch.tensor([[16.3966, 13.5715, 11.2059], [6.5028, 6.1089, 5.2618]]),
+    torch.testing.assert_close(root.values, torch.tensor([20.7876, 20.0508, 19.7936, 19.4724, 19.3007]), atol=2e-3, rtol=0)
+    assert nodes.indices.tolist() == [[30, 31752, 28], [768, 2988, 15126]]
+    torch.testing.assert_close(nodes.values, torch.tensor([[15.9530, 13.8043, 11.1887], [6.1533, 5.5301, 4.4921]]),
                                atol=2e-3, rtol=0)
