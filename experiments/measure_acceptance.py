@@ -29,6 +29,7 @@ from treespec.configs import (
     load_pair,
     resolve_device,
     sampling_config,
+    with_draft_precision,
     with_draft_weights,
 )
 
@@ -46,6 +47,7 @@ class MeasureAcceptanceSchema:
     device: str = "auto"
     dtype: str = "float32"
     layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
+    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head (treespec.hardware)
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
@@ -59,6 +61,7 @@ def run(cfg: DictConfig):
     pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
                      attn_implementation=model.attn_implementation, layout=cfg.layout)
     pair = with_draft_weights(pair, model.draft_weights)  # model.draft_weights=int4: a 4-bit draft's acceptance
+    pair = with_draft_precision(pair, cfg.draft_dtype, cfg.layout)  # e.g. an EAGLE head with its output layer in bf16
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     with tqdm(total=len(prompts), desc="acceptance", unit="prompt") as bar:
@@ -69,7 +72,8 @@ def run(cfg: DictConfig):
             progress=lambda i, g: (bar.update(1), bar.set_postfix(per_pass=f"{g.mean_accepted:.2f}")),
         )
     profile.settings.update(model=model.name, target=cfg.target, draft=cfg.draft, data=data.name, layout=cfg.layout,
-                            draft_weights=model.draft_weights, sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
+                            draft_weights=model.draft_weights, draft_dtype=cfg.draft_dtype,
+                            sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
     path = cli.output_dir() / "acceptance.yaml"
     profile.to_yaml(path)
     print(f"P_k ({profile.settings['sampling']}, {data.name}, {len(prompts)} prompts): "

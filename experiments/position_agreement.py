@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from treespec import cli
-from treespec.configs import DataSpec, ModelSpec, load_data, load_pair, resolve_device
+from treespec.configs import DataSpec, ModelSpec, load_data, load_pair, resolve_device, with_draft_precision
 from treespec.engine import autoregressive
 from treespec.errors import ConfigError
 from treespec.training.position_agreement import PositionAgreement, position_agreement, teacher_forced_proposals
@@ -39,6 +39,7 @@ class PositionAgreementSchema:
     device: str = "auto"
     dtype: str = "float32"
     layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
+    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head (treespec.hardware)
     threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
@@ -54,6 +55,7 @@ def run(cfg: DictConfig) -> dict:
     model = cli.to_spec(ModelSpec, cfg.model)
     pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
                      attn_implementation=model.attn_implementation, layout=cfg.layout)
+    pair = with_draft_precision(pair, cfg.draft_dtype, cfg.layout)  # e.g. an EAGLE head with its output layer in bf16
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     vocabulary = getattr(pair.draft.config, "output_token_ids", None) or None
@@ -71,7 +73,8 @@ def run(cfg: DictConfig) -> dict:
             bar.update(1)
     result = {"settings": {"model": model.name, "target": cfg.target, "draft": cfg.draft, "data": data.name,
                            "prompts": len(prompts), "width": cfg.width, "depth": cfg.depth,
-                           "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype, "layout": cfg.layout},
+                           "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype, "layout": cfg.layout,
+                           "draft_dtype": cfg.draft_dtype},
               **total.summary(),
               **({"by_category": {c: a.summary() for c, a in by_category.items()}} if len(by_category) > 1 else {})}
     path = cli.output_dir() / "position_agreement.yaml"

@@ -114,6 +114,10 @@ def test_acceptance_latency_tree_pipeline(tmp_path):
          "threads=1", f"hydra.run.dir={tmp_path / 'acc'}")
     profile = yaml.safe_load((tmp_path / "acc" / "acceptance.yaml").read_text())
     assert len(profile["vector"]) == 3 and len(profile["matrix"]) == 2 and profile["settings"]["model"] == "tiny"
+    assert profile["settings"]["draft_dtype"] is None
+    _app("measure_acceptance.py", "model=tiny", "data=pool", "data.limit=1", "max_new_tokens=4", "draft_dtype=bfloat16",
+         "threads=1", f"hydra.run.dir={tmp_path / 'acc_bf16'}")  # the draft alone in another precision
+    assert yaml.safe_load((tmp_path / "acc_bf16" / "acceptance.yaml").read_text())["settings"]["draft_dtype"] == "bfloat16"
 
     _app("profile_latency.py", "model=tiny", "sizes=[1,2,4]", "repeats=2", "warmup=1", "prefix_len=16", "threads=1",
          "name=tiny_cpu", f"hydra.run.dir={tmp_path / 'lat'}")

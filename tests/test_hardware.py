@@ -166,6 +166,21 @@ def test_bf16_head_precision_is_for_eagle_heads_and_keeps_their_logits():
         hardware.configure(tiny_model("llama", seed=1, layers=1), hardware.BF16_HEAD, "standard")
 
 
+def test_with_draft_precision_measures_a_draft_as_hardware_auto_may_run_it():
+    """configs.with_draft_precision (measure_acceptance / position_agreement `draft_dtype`): the draft in a named
+    precision and layout; None leaves the pair as it is; no draft is an error."""
+    from treespec.configs import LoadedPair, with_draft_precision
+
+    target, head = eagle_pair()
+    pair = LoadedPair(target, head, None)
+    assert with_draft_precision(pair, None) is pair and hardware.precision_name(head) == "float32"
+    mixed = with_draft_precision(pair, hardware.BF16_HEAD, "transposed")
+    assert mixed.draft is head and hardware.precision_name(head) == hardware.BF16_HEAD
+    assert linear_layout(head) == "transposed" and mixed.target is target
+    with pytest.raises(ConfigError, match="needs a draft"):
+        with_draft_precision(LoadedPair(target, None, None), "float32")
+
+
 def test_fingerprints_follow_the_weights_not_their_layout():
     model = tiny_model("llama", seed=0)
     before = model_fingerprint(model)

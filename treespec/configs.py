@@ -16,7 +16,7 @@ from treespec.batch_latency import BatchLatencyProfile
 from treespec.batch_plan import auto_batch_profile
 from treespec.data import Prompt, encode_prompt, load_prompts
 from treespec.errors import ConfigError, TreespecError
-from treespec.hardware import Progress, ResolvedHardware, auto_profile, named_profile
+from treespec.hardware import Progress, ResolvedHardware, auto_profile, configure, named_profile
 from treespec.latency import LatencyProfile
 from treespec.layouts import set_linear_layout
 from treespec.models import check_pair, load_model, load_tokenizer
@@ -261,6 +261,17 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     if isinstance(pair.draft, EagleDraftModel):
         raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
+
+
+def with_draft_precision(pair: LoadedPair, precision: Optional[str], layout: str = "standard") -> LoadedPair:
+    """The pair with its draft in `precision` (a dtype name, or `hardware.BF16_HEAD` for an EAGLE head: what
+    `hardware=auto` may choose; in place) and linear `layout`; None: as is. For measuring a draft as the engine
+    would run it."""
+    if precision is None:
+        return pair
+    if pair.draft is None:
+        raise ConfigError("a draft precision needs a draft model")
+    return replace(pair, draft=configure(pair.draft, precision, layout))
 
 
 def load_pair(target: str, draft: Optional[str], *, device: torch.device, dtype: str = "float32",
