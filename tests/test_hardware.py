@@ -8,11 +8,11 @@ import torch
 import yaml
 from conftest import tiny_model
 
-from treespec import hardware
+from treespec import hardware, layouts
 from treespec.errors import ConfigError
 from treespec.hardware import auto_profile, device_identity, model_fingerprint
 from treespec.latency import LatencyProfile
-from treespec.layouts import HybridLinear, linear_layout, onednn_available, set_linear_layout
+from treespec.layouts import HybridLinear, linear_layout, set_linear_layout
 from treespec.training import train
 
 FAST = dict(sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
@@ -125,8 +125,8 @@ def eagle_pair():
 def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_dir, monkeypatch, layout):
     """An fp32 EAGLE head is also timed with only its lm_head in bf16 (BF16_HEAD) where bf16 is fast, whatever
     dtype was asked for; the cheaper one is kept and comes back from the cache in the same precision."""
-    if layout == "onednn" and not onednn_available():
-        pytest.skip("torch without oneDNN")
+    if layout == "onednn" and not layouts.onednn_bf16_available():
+        pytest.skip("oneDNN without a bf16 path on this CPU (an AVX2-only one: the bf16 variant is skipped there)")
     cheap_head = {"float32": 2.0, hardware.BF16_HEAD: 1.0}
 
     def measure(target, draft, *, sizes, draft_widths, **kwargs):
@@ -179,6 +179,32 @@ def test_with_draft_precision_measures_a_draft_as_hardware_auto_may_run_it():
     assert linear_layout(head) == "transposed" and mixed.target is target
     with pytest.raises(ConfigError, match="needs a draft"):
         with_draft_precision(LoadedPair(target, None, None), "float32")
+
+
+@pytest.mark.parametrize("rounds", [2, 5])
+def test_the_planning_profile_gets_all_its_rounds(cache_dir, monkeypatch, rounds):
+    """Where the search timed fewer than `repeats` rounds (its time cap), the chosen configuration is timed again
+    without the cap, and that measurement is the profile; where it timed them all, nothing more is timed."""
+    calls = []
+
+    def measure(target, draft, *, sizes, draft_widths, max_seconds=None, repeats=5, **kwargs):
+        calls.append((linear_layout(target), max_seconds))
+        capped = max_seconds is not None
+        target_ms = {n: 10.0 if capped else 10.0 + 5 * n for n in sizes}  # a flat t(n) from the capped rounds
+        return LatencyProfile(target_ms, 1.0, {"repeats": rounds if capped else repeats}, {w: 1.0 for w in draft_widths})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)
+    monkeypatch.setattr(hardware, "crossover", lambda standard, other: None)
+    target, draft = pair()
+    target, _, resolved = auto_profile(target, draft, **{**FAST, "repeats": 5, "sizes": (1, 2, 4)})
+    uncapped = [layout for layout, cap in calls if cap is None]
+    if rounds < 5:
+        assert uncapped == [resolved.target_layout] == [linear_layout(target)]
+        assert resolved.profile.target_ms == {1: 15.0, 2: 20.0, 4: 30.0}
+    else:
+        assert uncapped == [] and resolved.profile.target_ms == {1: 10.0, 2: 10.0, 4: 10.0}
 
 
 def test_fingerprints_follow_the_weights_not_their_layout():

@@ -112,6 +112,8 @@ def test_the_packed_layout_refuses_what_it_cannot_hold(monkeypatch):
 def test_onednn_linear_keeps_the_values_at_every_row_count(monkeypatch, dtype):
     """Every linear layer multiplies through the reordered copy (F.linear is never called), single sequences and
     batches alike; the logits match the standard layout's to float rounding; the copy is not part of the state."""
+    if dtype == torch.bfloat16 and not layouts.onednn_bf16_available():
+        pytest.skip("oneDNN has no bf16 path on this CPU (test_onednn_layout_guards)")
     model = tiny_model("llama", seed=0).to(dtype)
     ids = torch.tensor([[1, 5, 9, 3, 7], [2, 4, 6, 8, 10]])
     tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
@@ -137,6 +139,12 @@ def test_onednn_layout_guards(monkeypatch):
     if layouts.onednn_available():
         with pytest.raises(ConfigError, match="fp32 or bf16"):
             set_linear_layout(tiny_model("llama", seed=0).half(), "onednn")
+        monkeypatch.setattr(layouts, "onednn_bf16_available", lambda: False)  # an AVX2-only CPU
+        model = tiny_model("llama", seed=0).to(torch.bfloat16)
+        with pytest.raises(ConfigError, match="bf16 path"):
+            set_linear_layout(model, "onednn")
+        assert linear_layout(model) == "standard"
+        assert linear_layout(set_linear_layout(tiny_model("llama", seed=0), "onednn")) == "onednn"  # fp32 still can
     monkeypatch.setattr(layouts, "onednn_available", lambda: False)
     with pytest.raises(ConfigError, match="oneDNN"):
         set_linear_layout(tiny_model("llama", seed=0), "onednn")

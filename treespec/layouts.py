@@ -22,6 +22,8 @@ one), so `set_linear_layout` takes a `max_extra_bytes` budget.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from treespec.errors import ConfigError
@@ -117,6 +119,19 @@ def onednn_available() -> bool:
     """Whether this torch build can multiply by oneDNN-reordered weights (CPU builds with oneDNN)."""
     return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+@functools.cache
+def onednn_bf16_available() -> bool:
+    """Whether oneDNN can reorder bf16 weights on this CPU: its bf16 path needs avx512bw/vl/dq or avx_ne_convert, so
+    not on an AVX2-only CPU (an AMD EPYC with avx2 alone, 2026-12-02)."""
+    if not onednn_available():
+        return False
+    try:
+        onednn_weight(torch.zeros(PACK_ROWS * 8, 64, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
 
 
 def packing_available() -> bool:
@@ -227,6 +242,9 @@ def _check_onednn(model: torch.nn.Module) -> None:
         if module.weight.dtype not in (torch.float32, torch.bfloat16) or module.weight.device.type != "cpu":
             raise ConfigError(f"the onednn layout needs fp32 or bf16 weights on a CPU, got {module.weight.dtype} on "
                               f"{module.weight.device}")
+        if module.weight.dtype == torch.bfloat16 and not onednn_bf16_available():
+            raise ConfigError("the onednn layout in bf16 needs a CPU with oneDNN's bf16 path (avx512bw/vl/dq or "
+                              "avx_ne_convert); use 'standard' or 'transposed' for bf16 weights on this one")
 
 
 def _check_packable(model: torch.nn.Module) -> None:
