@@ -425,8 +425,8 @@ def auto_profile(
     _, t_dtype, t_layout, profile = min(two_copy_ties or scored, key=lambda s: s[0])
     target = configure(target, t_dtype, t_layout)
     # where the search stopped early, the profile trees are planned with gets all `repeats` rounds: on an AMD EPYC
-    # (2026-12-02) a t(n) left flat by a few noisy rounds planned a Sequoia tree of budget 16 where a remeasured
-    # profile planned budget 6, which ran 1.83x against 1.60x over transformers `generate`
+    # (2 cores, avx512_bf16; 2026-12-02) a t(n) left flat by a few noisy rounds planned a Sequoia tree of budget 16
+    # where a remeasured profile planned budget 6, which ran 1.83x against 1.60x over transformers `generate`
     if profile.settings.get("repeats", repeats) < repeats:
         profile = measure_latency(target, draft, sizes=sizes, draft_widths=DRAFT_WIDTHS if draft is not None else (),
                                   **{**common, "max_seconds": None})
