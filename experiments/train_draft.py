@@ -49,7 +49,7 @@ from treespec import cli
 from treespec.data import encode_chat, encode_prompt, humaneval, mtbench
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
-from treespec.training import corpus, distill_data, self_prompts, train
+from treespec.training import corpus, distill_data, memory, self_prompts, train
 from treespec.training.corpus import FOLLOWUPS, SELF
 from treespec.training.model_card import model_card
 from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
@@ -651,6 +651,8 @@ def stage_train(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: i
     t = cfg.train
     ckpt_dir = run / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
+    if memory.keep_freed_memory():  # else each step faults its temporaries back in (treespec.training.memory)
+        log.info("glibc malloc keeps freed memory in the process (at most 2 arenas)")
     examples = train.make_examples(data, vocab, t.max_len)
     train_idx, held_idx = corpus.split_holdout([data["pool_index"][e.index] for e in examples], t.holdout_fraction, cfg.seed)
     train_set, held_set = [examples[i] for i in train_idx], [examples[i] for i in held_idx]

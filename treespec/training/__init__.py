@@ -6,6 +6,7 @@
     distill_data  generating answers, output vocabulary, target features and soft targets by teacher forcing
     draft_model   the plain causal-LM draft architecture (factorised embedding, reduced output vocabulary)
     train         losses, batching and initialisation for the plain draft and the EAGLE head
+    memory        glibc malloc told to keep freed memory while training (no page faults per step)
     model_card    the trained draft's README.md, written from its training summary
     position_agreement  a draft's teacher-forced agreement where decoding passes start and elsewhere
 
