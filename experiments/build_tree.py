@@ -6,7 +6,7 @@
     python experiments/build_tree.py acceptance_file=... hardware=cpu_smollm2       # a named profile
     python experiments/run.py tree=file tree.file=<the tree.yaml written here>
 
-With budget or max_depth left null the hardware-aware planner (treespec.planner.plan_tree) fills them in,
+With budget or max_depth left null the hardware-aware planner (treespec.plan.planner.plan_tree) fills them in,
 maximising predicted tokens per second from t(n), the draft's cost per level width and the engine's per-step
 overhead. hardware=auto (the default) loads the model group's pair to find (or measure) this machine's
 profile. The tree YAML records the acceptance, the latency profile, the choice and the command that made it.
@@ -21,17 +21,18 @@ from typing import Optional
 import torch
 from omegaconf import DictConfig
 
-from treespec import cli
-from treespec.acceptance import AcceptanceProfile
-from treespec.configs import HardwareSpec, ModelSpec, latency_profile, load_pair, resolve_device, resolve_hardware
+from treespec.app import cli
+from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, latency_profile
+from treespec.app.session import open_session
+from treespec.decode.tree import TreeShape
 from treespec.errors import ConfigError
-from treespec.optimizer import expected_tokens, sequoia_tree
-from treespec.planner import plan_tree
-from treespec.tree import TreeShape
+from treespec.plan.acceptance import AcceptanceProfile
+from treespec.plan.optimizer import expected_tokens, sequoia_tree
+from treespec.plan.planner import plan_tree
 
 
 @dataclass
-class BuildTreeSchema:
+class BuildTreeSchema(RuntimeSpec):
     model: ModelSpec = field(default_factory=ModelSpec)  # hardware=auto: the pair whose profile is used
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
     acceptance_file: str = "???"
@@ -40,9 +41,6 @@ class BuildTreeSchema:
     max_depth: Optional[int] = None
     max_budget: int = 64
     max_depth_limit: int = 12
-    device: str = "auto"
-    dtype: str = "float32"
-    layout: str = "auto"
 
 
 def run(cfg: DictConfig) -> TreeShape:
@@ -56,10 +54,8 @@ def run(cfg: DictConfig) -> TreeShape:
     else:
         if hardware.name == "auto":
             model = cli.to_spec(ModelSpec, cfg.model)
-            pair = load_pair(model.target, model.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                             attn_implementation=model.attn_implementation, layout=cfg.layout)
-            resolved = resolve_hardware(hardware, pair, dtype=cfg.dtype, layout=cfg.layout, acceptance=accept,
-                                        progress=cli.progress_bar()).hardware
+            model.acceptance_greedy = accept  # the target's configuration is chosen by planning with this acceptance
+            resolved = open_session(model, cli.runtime(cfg), hardware, progress=cli.progress_bar()).hardware
             latency, origin = resolved.profile, resolved.origin
         else:
             latency, origin = latency_profile(hardware), f"named profile '{hardware.name}'"
@@ -69,8 +65,8 @@ def run(cfg: DictConfig) -> TreeShape:
         plan = plan_tree(accept, latency.step_costs(), budget=cfg.budget, max_depth=cfg.max_depth,
                          max_budget=cfg.max_budget, max_depth_limit=cfg.max_depth_limit)
         tree = plan.tree
-        provenance.update(hardware=hardware.name, hardware_origin=origin, relative_latency=latency.relative_latency,
-                          draft_costs=latency.draft_costs, draft_cost=latency.draft_cost,
+        provenance.update(hardware=hardware.name, hardware_origin=origin, relative_latency=latency.relative_latency(),
+                          draft_costs=latency.draft_costs(), draft_cost=latency.draft_cost(),
                           overhead=latency.step_costs().overhead, predicted_speedup=plan.predicted_speedup,
                           given=plan.describe()["given"], chosen=plan.describe()["chosen"])
     tree = TreeShape(tree.parents, {**tree.provenance, **provenance})

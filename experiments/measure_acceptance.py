@@ -5,9 +5,10 @@
     python experiments/measure_acceptance.py data=mtbench            # only to *report* on an evaluation set
 
 Decodes every prompt with a spine tree (width children under each rank-0 node down to `depth`) and writes
-acceptance.yaml (treespec.acceptance.AcceptanceProfile) into the run directory. Measure on prompts apart
-from those you evaluate on: the default data=pool holds template prompts that the default draft was not
-trained on and that share nothing with MT-Bench or HumanEval.
+acceptance.yaml (treespec.plan.acceptance.AcceptanceProfile) into the run directory. Measure on prompts apart from
+those you evaluate on: the default data=pool holds template prompts that the default draft was not trained on and
+that share nothing with MT-Bench or HumanEval. The models run as loaded (runtime=exact: fp32, standard layout),
+not as this machine's profile would configure them; `draft_dtype` sets the draft's precision.
 """
 
 from __future__ import annotations
@@ -19,23 +20,14 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from treespec import cli
-from treespec.acceptance import measure_acceptance
-from treespec.configs import (
-    DataSpec,
-    ModelSpec,
-    SamplingSpec,
-    load_data,
-    load_pair,
-    resolve_device,
-    sampling_config,
-    with_draft_precision,
-    with_draft_weights,
-)
+from treespec.app import cli
+from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, RuntimeSpec, SamplingSpec, load_data, sampling_config
+from treespec.app.session import open_session
+from treespec.plan.acceptance import measure_acceptance
 
 
 @dataclass
-class MeasureAcceptanceSchema:
+class MeasureAcceptanceSchema(RuntimeSpec):
     model: ModelSpec = field(default_factory=ModelSpec)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     data: DataSpec = field(default_factory=DataSpec)
@@ -43,40 +35,30 @@ class MeasureAcceptanceSchema:
     depth: int = 1
     children: str = "without_replacement"
     max_new_tokens: int = 128
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "float32"
-    layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
-    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head (treespec.hardware)
-    threads: int = 0
+    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig):
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    model = cli.to_spec(ModelSpec, cfg.model)
-    sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
-    pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation, layout=cfg.layout)
-    pair = with_draft_weights(pair, model.draft_weights)  # model.draft_weights=int4: a 4-bit draft's acceptance
-    pair = with_draft_precision(pair, cfg.draft_dtype, cfg.layout)  # e.g. an EAGLE head with its output layer in bf16
+    model, spec = cli.to_spec(ModelSpec, cfg.model), cli.to_spec(SamplingSpec, cfg.sampling)
+    sampling = sampling_config(spec)
+    session = open_session(model, cli.runtime(cfg), HardwareSpec(name="none"), target=cfg.target, draft=cfg.draft,
+                           tune=False, draft_precision=cfg.draft_dtype)
     data = cli.to_spec(DataSpec, cfg.data)
-    prompts = load_data(data, pair.tokenizer)
+    prompts = load_data(data, session.tokenizer)
     with tqdm(total=len(prompts), desc="acceptance", unit="prompt") as bar:
         profile = measure_acceptance(
-            pair.target, pair.draft, [ids for _, ids in prompts], width=cfg.width, depth=cfg.depth,
+            session.target, session.draft, [ids for _, ids in prompts], width=cfg.width, depth=cfg.depth,
             max_new_tokens=cfg.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
             top_k=sampling.top_k, children=cfg.children, seed=cfg.seed,
             progress=lambda i, g: (bar.update(1), bar.set_postfix(per_pass=f"{g.mean_accepted:.2f}")),
         )
     profile.settings.update(model=model.name, target=cfg.target, draft=cfg.draft, data=data.name, layout=cfg.layout,
-                            draft_weights=model.draft_weights, draft_dtype=cfg.draft_dtype,
-                            sampling=cli.to_spec(SamplingSpec, cfg.sampling).name)
+                            draft_weights=model.draft_weights, draft_dtype=cfg.draft_dtype, sampling=spec.name)
     path = cli.output_dir() / "acceptance.yaml"
     profile.to_yaml(path)
-    print(f"P_k ({profile.settings['sampling']}, {data.name}, {len(prompts)} prompts): "
+    print(f"P_k ({spec.name}, {data.name}, {len(prompts)} prompts): "
           f"{[round(p, 4) for p in profile.vector]} (sum {sum(profile.vector):.4f}) -> {path}")
     for depth, row in enumerate(profile.matrix[1:], start=2):
         print(f"depth {depth}: {[round(p, 4) for p in row]} ({profile.observations[depth - 1]} observations)")

@@ -22,40 +22,34 @@ import yaml
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from treespec import cli
-from treespec.configs import DataSpec, ModelSpec, load_data, load_pair, resolve_device, with_draft_precision
-from treespec.engine import autoregressive
+from treespec.api import autoregressive
+from treespec.app import cli
+from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, RuntimeSpec, load_data
+from treespec.app.session import open_session
 from treespec.errors import ConfigError
 from treespec.training.position_agreement import PositionAgreement, position_agreement, teacher_forced_proposals
 
 
 @dataclass
-class PositionAgreementSchema:
+class PositionAgreementSchema(RuntimeSpec):
     model: ModelSpec = field(default_factory=ModelSpec)
     data: DataSpec = field(default_factory=DataSpec)
     width: int = 8
     depth: int = 3
     max_new_tokens: int = 128
-    device: str = "auto"
-    dtype: str = "float32"
-    layout: str = "standard"  # how linear weights are stored (treespec.layouts); e.g. onednn: faster on some CPUs
-    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head (treespec.hardware)
-    threads: int = 0
+    draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     if not cfg.draft:
         raise ConfigError("position_agreement needs a draft (model.draft)")
     if cfg.width < 1 or cfg.depth < 1:
         raise ConfigError(f"width and depth must be >= 1, got {cfg.width} and {cfg.depth}")
     model = cli.to_spec(ModelSpec, cfg.model)
-    pair = load_pair(cfg.target, cfg.draft, device=resolve_device(cfg.device), dtype=cfg.dtype,
-                     attn_implementation=model.attn_implementation, layout=cfg.layout)
-    pair = with_draft_precision(pair, cfg.draft_dtype, cfg.layout)  # e.g. an EAGLE head with its output layer in bf16
+    pair = open_session(model, cli.runtime(cfg), HardwareSpec(name="none"), target=cfg.target, draft=cfg.draft,
+                        tune=False, draft_precision=cfg.draft_dtype).pair
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, pair.tokenizer)
     vocabulary = getattr(pair.draft.config, "output_token_ids", None) or None

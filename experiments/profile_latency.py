@@ -22,14 +22,15 @@ import torch
 import yaml
 from omegaconf import DictConfig
 
-from treespec import cli
-from treespec.configs import ModelSpec, TreeSpec, acceptance_for, load_pair, resolve_device
-from treespec.hardware import auto_profile
-from treespec.sampling import SamplingConfig
+from treespec.app import cli
+from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, TreeSpec, acceptance_for
+from treespec.app.session import open_session
+from treespec.decode.sampling import SamplingConfig
+from treespec.plan.hardware import auto_profile
 
 
 @dataclass
-class ProfileLatencySchema:
+class ProfileLatencySchema(RuntimeSpec):
     model: ModelSpec = field(default_factory=ModelSpec)
     name: Optional[str] = None  # None: <device type>_<model name>
     sizes: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
@@ -37,10 +38,6 @@ class ProfileLatencySchema:
     repeats: int = 7
     warmup: int = 2
     install: bool = False
-    device: str = "auto"
-    dtype: str = "float32"  # or auto: fp32 and (where fast) bf16 measured, per model
-    layout: str = "auto"  # auto: all measured on a CPU | standard | transposed | onednn | hybrid:<rows> | packed:<rows>
-    threads: int = 0
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
 
@@ -48,38 +45,35 @@ class ProfileLatencySchema:
 def profile_document(name: str, profile, resolved) -> dict:
     """A conf/hardware/ entry: the HardwareSpec fields, with derived values and provenance under settings."""
     measured = profile.to_dict()
-    return {"name": name, "target_ms": measured["target_ms"], "draft_ms": measured["draft_ms"],
-            "draft_width_ms": measured["draft_width_ms"], "overhead_ms": measured["overhead_ms"],
-            "baseline_overhead_ms": measured["baseline_overhead_ms"],
+    return {"name": name, **{key: measured[key] for key in ("target_ms", "draft_ms", "overhead_ms",
+                                                           "baseline_overhead_ms")},
             "settings": {**measured["settings"], "target_dtype": resolved.target_dtype,
                          "draft_dtype": resolved.draft_dtype, "relative_latency": measured["relative_latency"],
-                         "draft_costs": measured["draft_costs"], "draft_cost": measured["draft_cost"]}}
+                         "draft_costs": measured["draft_costs"]}}
 
 
 def run(cfg: DictConfig):
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     model = cli.to_spec(ModelSpec, cfg.model)
-    device = resolve_device(cfg.device)
-    pair = load_pair(cfg.target, cfg.draft, device=device, dtype=cfg.dtype, attn_implementation=model.attn_implementation,
-                     layout=cfg.layout)
-    acceptance = acceptance_for(model, TreeSpec(), SamplingConfig(0.0, 1.0, 0))
-    _, _, resolved = auto_profile(pair.target, pair.draft, dtype=cfg.dtype, layout=cfg.layout, acceptance=acceptance,
-                                  remeasure=True, sizes=list(cfg.sizes), repeats=cfg.repeats, warmup=cfg.warmup,
+    session = open_session(model, cli.runtime(cfg), HardwareSpec(name="none"), target=cfg.target, draft=cfg.draft,
+                           tune=False)
+    _, _, resolved = auto_profile(session.target, session.draft, dtype=cfg.dtype, layout=cfg.layout,
+                                  acceptance=acceptance_for(model, TreeSpec(), SamplingConfig()), remeasure=True,
+                                  sizes=list(cfg.sizes), repeats=cfg.repeats, warmup=cfg.warmup,
                                   prefix_len=cfg.prefix_len, progress=cli.progress_bar("profiling"),
                                   settings={"target": cfg.target, "draft": cfg.draft, "model": model.name})
     profile = resolved.profile
+    device = next(session.target.parameters()).device
     name = cfg.name or f"{device.type}_{model.name}"
     path = cli.output_dir() / f"hardware_{name}.yaml"
     path.write_text(f"# measured by experiments/profile_latency.py on {resolved.device}\n"
                     + yaml.safe_dump(profile_document(name, profile, resolved), sort_keys=False))
-    costs = profile.draft_costs
+    costs = profile.draft_costs()
     print(f"{resolved.device}; target {resolved.target_dtype} {resolved.target_layout}"
           + (f", draft {resolved.draft_dtype} {resolved.draft_layout}" if resolved.draft_dtype else "")
-          + f"\nt(n): { {n: round(v, 3) for n, v in profile.relative_latency.items()} }"
-          + f"\nc(w): { {w: round(v, 4) for w, v in costs.items()} } (target 1-token pass {profile.target_ms[1]:.2f} ms)"
-          + f"\noverhead per step: {profile.overhead_ms:.2f} ms speculative, {profile.baseline_overhead_ms:.2f} ms "
-            f"autoregressive -> {path}")
+          + f"\nt(n): { {n: round(v, 3) for n, v in profile.relative_latency().items()} }"
+          + f"\nc(w): { {w: round(v, 4) for w, v in costs.items()} } (target 1-token pass {profile.pass_ms():.2f} ms)"
+          + f"\noverhead per step: {profile.overhead_ms.get(1, 0.0):.2f} ms speculative, "
+            f"{profile.baseline_overhead_ms.get(1, 0.0):.2f} ms autoregressive -> {path}")
     if cfg.install:
         installed = cli.CONF_DIR / "hardware" / f"{name}.yaml"
         shutil.copyfile(path, installed)

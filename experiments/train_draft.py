@@ -44,15 +44,15 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+from treespec.data import encode_chat, encode_prompt, humaneval, mtbench
+from treespec.training.corpus import FOLLOWUPS, SELF
+from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
 
 from treespec import cli
-from treespec.data import encode_chat, encode_prompt, humaneval, mtbench
 from treespec.errors import ConfigError
 from treespec.models import load_model, load_tokenizer
 from treespec.training import corpus, distill_data, memory, self_prompts, train
-from treespec.training.corpus import FOLLOWUPS, SELF
 from treespec.training.model_card import model_card
-from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
 
 log = logging.getLogger("train_draft")
 REPO = Path(__file__).resolve().parents[1]

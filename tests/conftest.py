@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-import treespec.attention  # noqa: F401  (registers treespec_sdpa, the default attention)
+import treespec.models.attention  # noqa: F401  (registers treespec_sdpa, the default attention)
 
 # Tiny models gain nothing from intra-op threads, and thread hand-offs dominate their step time.
 torch.set_num_threads(1)

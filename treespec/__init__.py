@@ -1,16 +1,30 @@
 """treespec: lossless tree-based speculative decoding for Hugging Face causal LMs.
 
-    from treespec import generate, autoregressive, policies, sequoia_tree
-    out = generate(target, draft, input_ids, tree=sequoia_tree([0.6, 0.15, 0.05], budget=8), max_new_tokens=64)
+    import treespec
+    from treespec import policies
+    out = treespec.generate(target, draft, input_ids, tree=policies.Dynamic(budget=6, depth=4, topk=3),
+                            max_new_tokens=64)
+    outs = treespec.generate_batch(target, draft, [ids_a, ids_b], tree=treespec.sequoia_tree([0.6, 0.15], budget=8),
+                                   max_new_tokens=64)
+
+The package by concern (imports run one way, top to bottom; nothing in the core imports `training` or `app`):
+
+    app        configs, the command line, the session helper (pair -> hardware -> policy), the demo
+    eval       prompt sets, the corpus, the losslessness certificate, benchmark runs, reports
+    plan       acceptance, Sequoia's optimizer, costs t(B, n) and c_B(w), the planner, hardware profiles
+    api        generate, generate_batch, autoregressive
+    drafters   the drafters (causal LM, EAGLE head) and tree policies, for B >= 1 rows
+    decode     the one engine (B >= 1 rows) and its pure tensor functions: tree, mask, verify, sampling, cache
+    models     loading (offline), architectures, the lean decoder, attention, weight layouts, quantization
+    training   self-distillation of drafts; imports the rest, never imported by it
 """
 
 from treespec import policies
-from treespec.batch import generate_batch
-from treespec.engine import Generation, StepStats, autoregressive, generate
+from treespec.api import Generation, StepStats, autoregressive, generate, generate_batch
 from treespec.errors import ConfigError, MissingAssetError, TreespecError
-from treespec.optimizer import expected_tokens, sequoia_tree
-from treespec.planner import StepCosts, choose_tree_size, plan_tree
-from treespec.training import draft_model as _draft_model  # noqa: F401  (registers the draft architecture)
+from treespec.plan.costs import StepCosts
+from treespec.plan.optimizer import expected_tokens, sequoia_tree
+from treespec.plan.planner import choose_tree_size, plan_tree
 from treespec.tree import TreeShape
 
 __all__ = [

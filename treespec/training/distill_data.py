@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from treespec import eagle
+from treespec.models import eagle_head
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class TeacherOutput:
 
     top_ids: list[torch.Tensor]  # [A_b, k] int32
     top_logprobs: list[torch.Tensor]  # [A_b, k] float16
-    features: list[torch.Tensor] | None  # [L_b, F] float16: treespec.eagle.target_features (F = H: last hidden state)
+    features: list[torch.Tensor] | None  # [L_b, F] float16: treespec.models.eagle_head.target_features (F = H: last hidden state)
 
 
 @torch.no_grad()
@@ -168,7 +168,7 @@ def teacher_pass(target: PreTrainedModel, sequences: Sequence[torch.Tensor], pro
                  pad_token_id: int = 0) -> TeacherOutput:
     """Teacher forcing over stored (prompt + answer) sequences, right-padded and batched by length: the target's
     top-`keep_top` log-probabilities (temperature 1) at every answer position, and its features if asked (those
-    of `feature_layers` for a fused EAGLE head, treespec.eagle.target_features)."""
+    of `feature_layers` for a fused EAGLE head, treespec.models.eagle_head.target_features)."""
     n = len(sequences)
     top_ids: list = [None] * n
     top_lp: list = [None] * n
@@ -178,7 +178,7 @@ def teacher_pass(target: PreTrainedModel, sequences: Sequence[torch.Tensor], pro
         out = target.base_model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
                                 output_hidden_states=bool(features and feature_layers))
         hidden = out.last_hidden_state
-        chosen = eagle.target_features(target, out, feature_layers) if features else None
+        chosen = eagle_head.target_features(target, out, feature_layers) if features else None
         for row, i in enumerate(batch):
             length, plen = len(sequences[i]), prompt_lens[i]
             logits = target.get_output_embeddings()(hidden[row, plen - 1: length - 1])  # [A, V]
@@ -193,13 +193,13 @@ def teacher_pass(target: PreTrainedModel, sequences: Sequence[torch.Tensor], pro
 def target_features(target: PreTrainedModel, sequences: Sequence[torch.Tensor], *, feature_layers: Sequence[int] = (),
                     tokens_per_batch: int = 4096, pad_token_id: int = 0) -> list[torch.Tensor]:
     """The target's last hidden state (after its final norm: what its LM head reads), or for `feature_layers`
-    the fused head's features (treespec.eagle.target_features), at every position of every sequence: one
+    the fused head's features (treespec.models.eagle_head.target_features), at every position of every sequence: one
     [L_b, F] float16 tensor per sequence (right padding, batched by length)."""
     out: list[torch.Tensor | None] = [None] * len(sequences)
     for batch in length_batches([len(s) for s in sequences], tokens_per_batch):
         ids, mask = _right_padded([sequences[i] for i in batch], pad_token_id)
         forward = target.base_model(input_ids=ids, attention_mask=mask, output_hidden_states=bool(feature_layers))
-        hidden = eagle.target_features(target, forward, feature_layers)  # [B, L, F]
+        hidden = eagle_head.target_features(target, forward, feature_layers)  # [B, L, F]
         for row, i in enumerate(batch):
             out[i] = hidden[row, : len(sequences[i])].to(torch.float16)
     return out

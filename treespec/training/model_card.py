@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from treespec.training.corpus import FOLLOWUPS, SELF
+from treespec.eval.corpus import FOLLOWUPS, SELF
 
 
 def model_card(summary: dict, draft: torch.nn.Module) -> str:

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from treespec.acceptance import add_step_outcome
-from treespec.eagle import EagleDraftModel, target_features
+from treespec.models.eagle_head import EagleDraftModel, target_features
+from treespec.plan.acceptance import add_step_outcome
 
 
 @dataclass(frozen=True)

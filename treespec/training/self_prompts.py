@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError
-from treespec.training.prompt_pool import ngram_overlaps
+from treespec.eval.prompt_pool import ngram_overlaps
 
 SENTINEL = "\x00treespec-user-turn\x00"
 MIN_WORDS = 4

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from treespec.mask import additive
-from treespec.training.draft_model import TreespecDraftConfig, TreespecDraftForCausalLM
+from treespec.decode.mask import additive, causal_mask
+from treespec.models.draft_lm import TreespecDraftConfig, TreespecDraftForCausalLM
 
 
 def init_draft_from_target(
@@ -171,42 +171,6 @@ def cosine_lr(step: int, total: int, warmup: int, peak: float, floor: float) -> 
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
-def init_eagle_from_target(target: PreTrainedModel, output_token_ids: Sequence[int], *, init_layer: int | None = None,
-                           feature_layers: Sequence[int] = (), layers: int = 1):
-    """An EAGLE head for a Llama-style target: `layers` decoder layers (the first copied from the target's layer
-    `init_layer`, or freshly initialised when None: small updates, so the head starts close to h = f + e; the
-    others always fresh, so that a head grown from a trained one starts close to it),
-    the target's output rows for `output_token_ids` as its LM head, and `fc` initialised to pass the feature
-    through plus the token embedding. With `feature_layers` (target hidden-state indices, see
-    treespec.eagle.target_features) the head is a fused one; its `fuse` starts as the selection of the
-    last layer's feature when the last layer is listed (the single-layer head's input), else as the mean."""
-    from treespec.eagle import EagleDraftConfig, EagleDraftModel, check_feature_layers
-
-    tcfg = target.config
-    fields = {k: v for k, v in tcfg.to_dict().items()
-              if k not in ("architectures", "model_type", "transformers_version", "_name_or_path", "quantization_config")}
-    fields.update(num_hidden_layers=layers, tie_word_embeddings=False, output_token_ids=list(output_token_ids),
-                  feature_layers=list(feature_layers), architectures=["EagleDraftModel"])
-    head = EagleDraftModel(EagleDraftConfig(**fields))
-    check_feature_layers(head.config, target)
-    hidden = tcfg.hidden_size
-    with torch.no_grad():
-        if init_layer is not None:
-            head.layer.load_state_dict(target.model.layers[init_layer].state_dict())
-        head.lm_head.weight.copy_(target.lm_head.weight[head.output_ids])
-        head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
-        head.fc.bias.zero_()
-        if head.fused:
-            layers = list(feature_layers)
-            last = tcfg.num_hidden_layers
-            chosen = [j for j, i in enumerate(layers) if i == last][:1] or list(range(len(layers)))
-            weight = torch.zeros(hidden, len(layers) * hidden)
-            for j in chosen:
-                weight[:, j * hidden:(j + 1) * hidden] = torch.eye(hidden) / len(chosen)
-            head.fuse.weight.copy_(weight)
-    return head
-
-
 def load_eagle_start(head, start) -> None:
     """Load a trained head's weights into `head`; a single-layer head may start a fused one, whose `fuse` keeps its
     initialisation, a head with fewer decoder layers starts a deeper one (whose further layers keep theirs), and a
@@ -281,7 +245,6 @@ def eagle_hidden(head, features: torch.Tensor, token_embeds: torch.Tensor, lengt
     features [B, L, H] (fused for a fused head: pairs (f_j, x_{j+1}) at position j + 1); level d reads level
     d-1's outputs instead, one position back, with level 1's keys up to the root and the keys of the levels
     between as context (`unrolled_mask`), which is exactly what the head computes for a node d-1 levels below the root."""
-    from treespec.eagle import causal_mask
 
     if unroll < 1:
         raise ValueError(f"unroll must be at least 1, got {unroll}")

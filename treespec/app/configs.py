@@ -1,0 +1,365 @@
+"""Typed configuration (the schema behind conf/) and the builders that turn it into engine objects.
+
+The dataclasses are plain Python; entry points register them with Hydra's ConfigStore so that a typo in a config
+file or an override is an error. Builders take the dataclasses, never Hydra objects. Every app schema derives
+from `RuntimeSpec` (device, dtype, layout, threads, seed: the `runtime` config group), so these five are declared
+once and read the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from treespec.decode.sampling import SamplingConfig
+from treespec.decode.tree import TreeShape, chain, kary
+from treespec.drafters.policies import CHILDREN_MODES, Adaptive, Dynamic, Static
+from treespec.errors import ConfigError, TreespecError
+from treespec.eval.data import Prompt, encode_prompt, load_prompts
+from treespec.models.layouts import set_linear_layout
+from treespec.models.loading import check_pair, load_model, load_tokenizer
+from treespec.plan.costs import LatencyProfile
+from treespec.plan.hardware import Progress, ResolvedHardware, auto_profile, batch_profile, named_profile
+from treespec.plan.optimizer import expected_tokens, sequoia_tree
+from treespec.plan.planner import plan_tree
+
+POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file")
+
+
+@dataclass
+class RuntimeSpec:
+    """Where and how the models run (conf/runtime/): shared by every app schema."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (fp32 or bf16 per model, measured)
+    layout: str = "auto"  # auto (measured) | standard | transposed | onednn | hybrid:<rows> | packed:<rows>
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    seed: int = 0
+
+
+@dataclass
+class ModelSpec:
+    """A target + draft pair and what was measured about it."""
+
+    name: str = "smollm2"
+    target: str = "smollm2-135m-instruct"
+    draft: Optional[str] = "smollm2-135m-eagle"
+    assistant: Optional[str] = None  # a causal-LM draft for transformers' assisted generation (default: draft)
+    attn_implementation: str = "treespec_sdpa"
+    acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
+    acceptance_sampled: Optional[Any] = None  # the same under sampling
+    acceptance_source: str = ""  # how the vectors were measured
+    draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens
+    draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (models.quantize)
+
+
+@dataclass
+class TreeSpec:
+    policy: str = "sequoia"  # one of POLICIES
+    k: int = 4  # chain: drafted tokens
+    widths: list[int] = field(default_factory=lambda: [2, 2, 1])  # kary: children per level
+    paths: list[list[int]] = field(default_factory=list)  # paths: 0-based rank paths
+    budget: Optional[int] = None  # sequoia/dynamic: nodes incl. the root (sequoia: None = hardware-aware)
+    max_depth: Optional[int] = None  # levels incl. the root (sequoia: None = hardware-aware)
+    max_budget: int = 64  # search range of the hardware-aware choice
+    topk: int = 4  # dynamic: expansion width
+    threshold: float = 0.4  # adaptive: keep drafting while the chain's draft probability stays >= this
+    width: int = 1  # adaptive: children of the root and of each chain node
+    stop: str = "path"  # adaptive: threshold on the chain's draft probability ("path") or each new token's ("token")
+    children: str = "without_replacement"  # static trees under sampling: see treespec.drafters.policies
+    acceptance: Optional[Any] = None  # overrides the model's measured vector (or depth x rank matrix)
+    file: Optional[str] = None  # policy=file: a tree YAML written by experiments/build_tree.py
+
+
+@dataclass
+class SamplingSpec:
+    name: str = "greedy"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class DataSpec:
+    name: str = "mtbench"
+    source: str = "mtbench"  # "mtbench", "humaneval", "pool", "self" or a JSONL path
+    limit: Optional[int] = None
+    skip: int = 0  # leave out the first `skip` prompts (after shuffling), e.g. those acceptance was measured on
+    shuffle_seed: Optional[int] = None
+    chat: Optional[bool] = None  # None: use the tokenizer's chat template when it has one
+
+
+@dataclass
+class HardwareSpec:
+    """Where the planner's costs come from: `auto` (measured on this machine on first use, then cached; see
+    treespec.plan.hardware), a named profile (experiments/profile_latency.py writes these), or `none`. The
+    measured fields are a `LatencyProfile`'s (by batch size, or one sequence's as older files hold them)."""
+
+    name: str = "auto"
+    target_ms: dict[int, Any] = field(default_factory=dict)
+    draft_ms: Any = None
+    draft_width_ms: dict[int, Any] = field(default_factory=dict)
+    overhead_ms: Any = None
+    baseline_overhead_ms: Any = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    remeasure: bool = False  # auto: measure again even when a cached profile matches
+    repeats: int = 5  # auto: timed rounds per configuration
+    prefix_len: int = 400  # auto: tokens in the KV cache under the timed passes
+    batch_profile: Optional[str] = None  # batch_size > 1: a LatencyProfile YAML with it (auto: measured on demand)
+
+
+def sampling_config(spec: SamplingSpec) -> SamplingConfig:
+    return SamplingConfig(spec.temperature, spec.top_p, spec.top_k)
+
+
+def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig) -> Optional[list]:
+    """The acceptance that applies (a vector or a depth x rank matrix): the tree's override, else the model's
+    for this sampling mode."""
+    if tree.acceptance:
+        return list(tree.acceptance)
+    vector = model.acceptance_greedy if sampling.greedy else (model.acceptance_sampled or model.acceptance_greedy)
+    return list(vector) if vector else None
+
+
+def latency_profile(spec: HardwareSpec) -> Optional[LatencyProfile]:
+    """The profile a named HardwareSpec holds (None for `auto`, which is measured, and `none`)."""
+    if not spec.target_ms:
+        return None
+    fields = {"target_ms": dict(spec.target_ms), "settings": dict(spec.settings)}
+    for name in ("draft_ms", "draft_width_ms", "overhead_ms", "baseline_overhead_ms"):
+        value = getattr(spec, name)
+        if value is not None and value != {}:
+            fields[name] = dict(value) if isinstance(value, dict) else value
+    return LatencyProfile.from_dict(fields)
+
+
+def needs_hardware(tree: TreeSpec) -> bool:
+    """Whether building this tree needs a latency profile (a Sequoia tree with budget or depth left open)."""
+    return tree.policy == "sequoia" and (tree.budget is None or tree.max_depth is None)
+
+
+def check_hardware(tree: TreeSpec, spec: HardwareSpec) -> None:
+    """Fail before any model is loaded when the tree needs a profile and none will be there."""
+    if needs_hardware(tree) and spec.name != "auto" and latency_profile(spec) is None and not spec.batch_profile:
+        raise ConfigError("tree=sequoia without tree.budget and tree.max_depth needs a measured hardware profile "
+                          "(hardware=auto, the default, or hardware=<name>)")
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A built policy and how it was chosen (for reports and summaries)."""
+
+    policy: Any  # a TreePolicy (treespec.drafters.policies)
+    info: dict[str, Any]  # policy, budget, depth, acceptance, hardware, predicted tokens per pass / speedup
+
+
+def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Optional[LatencyProfile],
+                 hardware_name: str = "", batch_size: int = 1) -> PolicyChoice:
+    """Turn a TreeSpec into a policy for B = `batch_size` rows. A Sequoia tree keeps the budget and depth limit the
+    user set and leaves the rest to the hardware-aware planner (treespec.plan.planner.plan_tree, with the profile's
+    costs at B, searching no further than the tree sizes measured at B); `info` says which values were given and
+    which chosen, and, with a profile, the predicted tokens per pass and speedup."""
+    if tree.policy not in POLICIES:
+        raise ConfigError(f"tree.policy must be one of {POLICIES}, got '{tree.policy}'")
+    if tree.children not in CHILDREN_MODES:
+        raise ConfigError(f"tree.children must be one of {CHILDREN_MODES}, got '{tree.children}'")
+    info: dict[str, Any] = {"policy": tree.policy, "batch_size": int(batch_size)}
+    costs = hardware.step_costs(batch_size) if hardware is not None else None
+    if costs is not None:
+        info.update(hardware=hardware_name, draft_cost=round(hardware.draft_cost(batch_size), 4))
+    if tree.policy == "dynamic":
+        if tree.budget is None or tree.max_depth is None:
+            raise ConfigError("tree=dynamic needs tree.budget and tree.max_depth")
+        info.update(budget=tree.budget, depth=tree.max_depth, topk=tree.topk)
+        return PolicyChoice(Dynamic(tree.budget, tree.max_depth, tree.topk), info)
+    if tree.policy == "adaptive":
+        if tree.max_depth is None:
+            raise ConfigError("tree=adaptive needs tree.max_depth (levels incl. the root)")
+        policy = Adaptive(tree.max_depth, tree.threshold, tree.width, tree.children, tree.stop)
+        info.update(policy.describe())
+        return PolicyChoice(policy, info)
+    if tree.policy == "sequoia":
+        if acceptance is None:
+            raise ConfigError("tree=sequoia needs an acceptance vector: set tree.acceptance=[...] or use a model "
+                              "config with measured acceptance (experiments/measure_acceptance.py)")
+        if needs_hardware(tree):
+            if costs is None:
+                raise ConfigError(f"tree=sequoia without tree.budget and tree.max_depth needs a measured hardware "
+                                  f"profile at batch size {batch_size} (hardware=auto, the default, or "
+                                  "hardware=<name>; for a batch also hardware.batch_profile=<file>)")
+            max_budget = min(tree.max_budget, costs.max_size)
+            plan = plan_tree(acceptance, costs, budget=tree.budget, max_depth=tree.max_depth, max_budget=max_budget,
+                             max_depth_limit=min(12, max_budget))
+            shape = plan.tree
+            info.update(hardware_aware=True, given=plan.describe()["given"], chosen=plan.describe()["chosen"])
+        else:
+            shape = sequoia_tree(acceptance, tree.budget, tree.max_depth)
+            info.update(given={"budget": tree.budget, "max_depth": tree.max_depth}, chosen=[])
+    elif tree.policy == "file":
+        if not tree.file:
+            raise ConfigError("tree=file needs tree.file=<tree YAML>")
+        shape = TreeShape.from_yaml(tree.file)
+    elif tree.policy == "chain":
+        shape = chain(tree.k)
+    elif tree.policy == "kary":
+        shape = kary(tree.widths)
+    elif tree.policy == "paths":
+        shape = TreeShape.from_paths(tree.paths, {"policy": "paths"})
+    else:
+        shape = chain(0)
+    info.update(budget=shape.size, depth=shape.levels, children=tree.children)
+    if acceptance is not None:
+        info.update(acceptance=np.round(np.asarray(acceptance, dtype=float), 5).tolist(),
+                    predicted_accepted=round(expected_tokens(shape, acceptance), 4) if shape.size > 1 else 1.0)
+    if costs is not None and (acceptance is not None or shape.size == 1):
+        info.update(predicted_speedup=round(costs.speedup(shape, acceptance if acceptance is not None else [0.0]), 4))
+    return PolicyChoice(Static(shape, tree.children, name=tree.policy), info)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise ConfigError(f"unknown device '{device}' ({err})") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device '{device}' asked for, but CUDA is not available here; use device=cpu or auto")
+    return resolved
+
+
+def check_tokenizers(target_name: str, draft_name: str, target_tokenizer) -> None:
+    """Fail when the draft ships a tokenizer that differs from the target's."""
+    try:
+        draft_tokenizer = load_tokenizer(draft_name)
+    except (OSError, TreespecError):
+        return  # a draft directory without its own tokenizer: the vocabulary-size check still applies
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
+        raise ConfigError(f"the draft's tokenizer ({draft_name}) differs from the target's ({target_name}); "
+                          "treespec needs a draft that shares the target's tokenizer")
+
+
+@dataclass(frozen=True)
+class LoadedPair:
+    target: Any
+    draft: Any  # None when no draft was asked for
+    tokenizer: Any
+    hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
+    draft_vocab: Optional[torch.Tensor] = None  # [S] token ids the draft proposes from; set by `with_draft_vocab`
+
+
+def with_draft_vocab(pair: LoadedPair, size: Optional[int]) -> LoadedPair:
+    """The pair with its draft restricted to the `size` most frequent tokens (treespec.eval.draft_vocab); None: as
+    is."""
+    if size is None:
+        return pair
+    if pair.draft is None or pair.tokenizer is None:
+        raise ConfigError("model.draft_vocab needs a draft model and the target's tokenizer")
+    from treespec.eval.draft_vocab import draft_vocabulary
+
+    vocab_size = pair.draft.get_output_embeddings().out_features
+    return replace(pair, draft_vocab=draft_vocabulary(pair.tokenizer, vocab_size, int(size)))
+
+
+def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
+    """The pair with its draft's linear weights in `scheme` ("int4", treespec.models.quantize; in place); None: as
+    is."""
+    if scheme is None:
+        return pair
+    if pair.draft is None:
+        raise ConfigError("model.draft_weights needs a draft model")
+    from treespec.models.eagle_head import EagleDraftModel
+    from treespec.models.quantize import quantize_draft_weights
+
+    if isinstance(pair.draft, EagleDraftModel):
+        raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
+    return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
+
+
+def with_draft_precision(pair: LoadedPair, precision: Optional[str], layout: str = "standard") -> LoadedPair:
+    """The pair with its draft in `precision` (a dtype name, or `models.precision.BF16_HEAD` for an EAGLE head:
+    what `hardware=auto` may choose; in place) and linear `layout`; None: as is. For measuring a draft as the
+    engine would run it."""
+    if precision is None:
+        return pair
+    if pair.draft is None:
+        raise ConfigError("a draft precision needs a draft model")
+    from treespec.models.precision import configure
+
+    return replace(pair, draft=configure(pair.draft, precision, layout))
+
+
+def load_pair(target: str, draft: Optional[str], *, device: torch.device | str = "cpu", dtype: str = "float32",
+              attn_implementation: str = "treespec_sdpa", layout: str = "standard") -> LoadedPair:
+    """Target, optional draft and the target's tokenizer, checked to fit together. dtype "auto" loads fp32 (the
+    choice is `resolve_hardware`'s); layout "auto" loads the standard layout (likewise)."""
+    device = resolve_device(str(device)) if isinstance(device, str) else device
+    tokenizer = load_tokenizer(target)
+    load_dtype = "float32" if dtype == "auto" else dtype
+    target_model = load_model(target, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
+    draft_model = None
+    if draft:
+        if tokenizer is not None:
+            check_tokenizers(target, draft, tokenizer)
+        draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
+        check_pair(target_model, draft_model)
+    if layout != "auto":
+        for model in (target_model, draft_model):
+            if model is not None:
+                set_linear_layout(model, layout)
+    return LoadedPair(target_model, draft_model, tokenizer)
+
+
+def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "float32", layout: str = "auto",
+                     acceptance=None, progress: Optional[Progress] = None, settings: Optional[dict] = None) -> LoadedPair:
+    """The pair in the dtype and layout its profile chose, with that profile: measured or cached for `auto`
+    (treespec.plan.hardware.auto_profile), as named otherwise. `acceptance` lets the target's configuration be
+    chosen by planned tokens per second."""
+    if spec.name == "auto":
+        target, draft, resolved = auto_profile(pair.target, pair.draft, dtype=dtype, layout=layout,
+                                               acceptance=acceptance, remeasure=spec.remeasure, repeats=spec.repeats,
+                                               prefix_len=spec.prefix_len, settings=settings, progress=progress,
+                                               draft_vocab=pair.draft_vocab)
+    else:
+        if dtype == "auto":
+            raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")
+        target, draft, resolved = named_profile(pair.target, pair.draft, latency_profile(spec), spec.name, layout=layout)
+    return LoadedPair(target, draft, pair.tokenizer, resolved, pair.draft_vocab)
+
+
+def resolve_batch_hardware(spec: HardwareSpec, pair: LoadedPair, batch_sizes, *, progress: Optional[Progress] = None,
+                           settings: Optional[dict] = None, tree_sizes=None) -> tuple[Optional[LatencyProfile], str]:
+    """(a profile holding these batch sizes, where it came from): `hardware.batch_profile` when set, else for `auto`
+    measured on demand for the pair as `resolve_hardware` configured it and cached (treespec.plan.hardware), else
+    none (a named profile holds the batch sizes it was measured at). `tree_sizes`: the n timed per B (default: the
+    device's)."""
+    wanted = sorted({int(b) for b in batch_sizes})
+    if spec.batch_profile:
+        profile = LatencyProfile.from_yaml(spec.batch_profile)
+        missing = sorted(set(wanted) - set(profile.batch_sizes))
+        if missing:
+            raise ConfigError(f"batch profile {spec.batch_profile} has no batch sizes {missing}")
+        return profile, f"batch profile {spec.batch_profile}"
+    if spec.name == "auto":
+        return batch_profile(pair.target, pair.draft, wanted, sizes=tree_sizes, prefix_len=spec.prefix_len,
+                             repeats=spec.repeats,
+                             remeasure=spec.remeasure, settings=settings, progress=progress,
+                             draft_vocab=pair.draft_vocab)
+    profile = pair.hardware.profile if pair.hardware is not None else None
+    if profile is not None and set(wanted) <= set(profile.batch_sizes):
+        return profile, pair.hardware.origin
+    return None, f"none (hardware={spec.name} has no batch sizes {wanted}: set hardware.batch_profile=<file>)"
+
+
+def load_data(spec: DataSpec, tokenizer) -> list[tuple[Prompt, list[int]]]:
+    """The prompt set of a DataSpec, each prompt with its token ids (chat template applied as configured)."""
+    if spec.skip < 0:
+        raise ConfigError(f"data.skip must be >= 0, got {spec.skip}")
+    prompts = load_prompts(spec.source, limit=None if spec.skip else spec.limit, shuffle_seed=spec.shuffle_seed)
+    prompts = prompts[spec.skip:][: spec.limit]
+    if not prompts:
+        raise ConfigError(f"no prompts left in {spec.source} after skipping {spec.skip}")
+    return [(p, encode_prompt(tokenizer, p.text, chat=spec.chat)) for p in prompts]

@@ -1,0 +1,157 @@
+"""One session helper for the demo and every experiment: pair -> hardware -> policy.
+
+    session = open_session(model_spec, runtime_spec, hardware_spec, progress=progress_bar())
+    choice = session.policy(tree_spec, sampling, batch_size=4)     # a PolicyChoice planned for B = 4
+    outs = generate_batch(session.target, session.draft, prompts, tree=choice.policy, ...)
+
+`open_session` sets the thread count, resolves the device, loads the pair (checked to share a tokenizer), applies
+the model config's draft weights and vocabulary, and resolves the hardware profile (hardware=auto: the dtype and
+layout measured fastest on this machine, cached). Profiles at other batch sizes are measured on demand and kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from treespec.app.configs import (
+    HardwareSpec,
+    LoadedPair,
+    ModelSpec,
+    PolicyChoice,
+    RuntimeSpec,
+    TreeSpec,
+    acceptance_for,
+    build_policy,
+    load_pair,
+    resolve_batch_hardware,
+    resolve_device,
+    resolve_hardware,
+    with_draft_precision,
+    with_draft_vocab,
+    with_draft_weights,
+)
+from treespec.decode.sampling import SamplingConfig
+from treespec.errors import ConfigError
+from treespec.models.precision import body_dtype, configure
+from treespec.plan.costs import LatencyProfile
+from treespec.plan.hardware import Progress
+
+
+@dataclass
+class Session:
+    """A loaded pair configured for this machine, and how trees are planned for it."""
+
+    pair: LoadedPair
+    model: ModelSpec
+    runtime: RuntimeSpec
+    hardware_spec: HardwareSpec
+    names: dict[str, Optional[str]]  # target and draft as asked for (names or directories)
+    progress: Optional[Progress] = None
+    _profiles: dict[int, tuple[Optional[LatencyProfile], str]] = field(default_factory=dict)
+
+    @property
+    def target(self):
+        return self.pair.target
+
+    @property
+    def draft(self):
+        return self.pair.draft
+
+    @property
+    def tokenizer(self):
+        return self.pair.tokenizer
+
+    @property
+    def hardware(self):
+        return self.pair.hardware
+
+    @property
+    def draft_vocab(self) -> Optional[torch.Tensor]:
+        return self.pair.draft_vocab
+
+    def profile(self, batch_size: int = 1) -> tuple[Optional[LatencyProfile], str]:
+        """(the profile that plans trees at batch size B, where it came from); B > 1 is measured on demand."""
+        batch_size = int(batch_size)
+        if batch_size not in self._profiles:
+            if batch_size == 1 and not self.hardware_spec.batch_profile:
+                hardware = self.pair.hardware
+                self._profiles[1] = (hardware.profile, hardware.origin) if hardware else (None, "none")
+            else:
+                self._profiles[batch_size] = resolve_batch_hardware(self.hardware_spec, self.pair, (batch_size,),
+                                                                    progress=self.progress, settings=self.names)
+        return self._profiles[batch_size]
+
+    def profile_batches(self, batch_sizes, tree_sizes=None) -> tuple[Optional[LatencyProfile], str]:
+        """(one profile holding every batch size in `batch_sizes`, measured together, at tree sizes `tree_sizes`
+        (default: the device's); where it came from). Later `profile(B)` calls for these sizes return it."""
+        sizes = sorted({int(b) for b in batch_sizes})
+        if sizes == [1] and not self.hardware_spec.batch_profile and tree_sizes is None:
+            return self.profile(1)
+        found = resolve_batch_hardware(self.hardware_spec, self.pair, sizes, progress=self.progress,
+                                       settings=self.names, tree_sizes=tree_sizes)
+        self._profiles.update({b: found for b in sizes})
+        return found
+
+    def policy(self, tree: TreeSpec, sampling: SamplingConfig, batch_size: int = 1) -> PolicyChoice:
+        """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them."""
+        profile, _ = self.profile(batch_size)
+        name = self.pair.hardware.name if self.pair.hardware is not None else ""
+        return build_policy(tree, acceptance_for(self.model, tree, sampling), profile, name, batch_size)
+
+    def other_draft(self, name: str):
+        """Another draft for the same target (a method's own draft, the assisted-generation assistant), in the dtype
+        (without a bf16 EAGLE output layer) and layout chosen for the pair's draft."""
+        if name == self.names["draft"] and self.pair.draft is not None:
+            return self.pair.draft
+        other = load_pair(self.names["target"], name, device=next(self.target.parameters()).device,
+                          attn_implementation=self.model.attn_implementation, layout="standard").draft
+        hardware = self.pair.hardware
+        if hardware is None:
+            return other
+        return configure(other, body_dtype(hardware.draft_dtype or hardware.target_dtype),
+                         hardware.draft_layout or hardware.target_layout)
+
+    def summary(self) -> dict[str, Any]:
+        """The hardware summary for run files (device, dtypes, layouts, where the profile came from)."""
+        return self.pair.hardware.summary() if self.pair.hardware is not None else {"name": "none"}
+
+    def describe(self) -> str:
+        """One line: the machine, the models' dtype and layout, and where the profile came from."""
+        hardware = self.pair.hardware
+        if hardware is None:
+            return "no hardware profile"
+        models = f"target {hardware.target_dtype} {hardware.target_layout}"
+        if hardware.draft_dtype:
+            models += f", draft {hardware.draft_dtype} {hardware.draft_layout}"
+        return f"{hardware.device}; {models}; hardware profile {hardware.origin}"
+
+
+def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec, *, target: Optional[str] = None,
+                 draft: Optional[str] = None, with_draft: bool = True, tune: bool = True,
+                 draft_precision: Optional[str] = None, sampling: SamplingConfig | None = None,
+                 progress: Optional[Progress] = None) -> Session:
+    """Load and configure a pair (see the module docstring). target / draft: names or directories (default: the
+    model spec's); with_draft=False loads the target alone; tune=False skips the hardware profile and keeps the
+    models as loaded (measurements that must not depend on this machine's choice), `draft_precision` then sets
+    the draft's (e.g. `models.precision.BF16_HEAD`). `sampling` picks the acceptance a target configuration is
+    planned with (greedy by default)."""
+    if runtime.threads:
+        torch.set_num_threads(int(runtime.threads))
+    target = target or model.target
+    draft = (draft if draft is not None else model.draft) if with_draft else None
+    if with_draft and not draft:
+        raise ConfigError("this run needs a draft model: set draft=<name or dir> (or model.draft)")
+    names = {"target": target, "draft": draft}
+    pair = load_pair(target, draft, device=resolve_device(runtime.device), dtype=runtime.dtype,
+                     attn_implementation=model.attn_implementation, layout=runtime.layout)
+    pair = with_draft_weights(pair, model.draft_weights if draft else None)
+    pair = with_draft_vocab(pair, model.draft_vocab if draft else None)
+    pair = with_draft_precision(pair, draft_precision, runtime.layout if runtime.layout != "auto" else "standard")
+    if tune:
+        acceptance = acceptance_for(model, TreeSpec(), sampling or SamplingConfig())
+        pair = resolve_hardware(hardware, pair, dtype=runtime.dtype, layout=runtime.layout, acceptance=acceptance,
+                                progress=progress, settings=names)
+    return Session(pair, model, runtime, hardware, names, progress)

@@ -1,0 +1,146 @@
+"""KV-cache bookkeeping for tree passes: a preallocated cache, and keeping only the accepted slots.
+
+Rows are right padded: row b's committed tokens fill slots [0, lengths[b]); a pass over the rows' trees appends
+one slot per node behind the longest row (slot `start + i` for node i). `commit` keeps each row's committed slots
+plus the slots of its accepted path (a gather of non-contiguous slots into contiguous ones behind the row's own
+tokens) and drops the rest; `select_rows` drops finished rows. One row is B = 1, with no padding.
+
+`new_cache` returns a transformers `Cache` whose layers write new keys/values in place into buffers
+allocated once (transformers' DynamicCache concatenates the whole cache on every forward instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, DynamicLayer
+
+from treespec.errors import ConfigError
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention layer cache with buffers [B, H, capacity, D]; `keys`/`values` are views of the
+    filled part. Appending writes in place; the buffers double when full."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, _ = key_states.shape
+        self.device = key_states.device
+        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1])
+        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+        self.truncate(0)
+
+    def _grow(self, needed: int) -> None:
+        self.capacity = max(needed, 2 * self.capacity)
+        for name in ("key_buffer", "value_buffer"):
+            old = getattr(self, name)
+            new = old.new_empty(*old.shape[:2], self.capacity, old.shape[-1])
+            new[..., : self.length, :] = old[..., : self.length, :]
+            setattr(self, name, new)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            self._grow(end)
+        self.key_buffer[..., self.length:end, :] = key_states
+        self.value_buffer[..., self.length:end, :] = value_states
+        self.truncate(end)
+        return self.keys, self.values
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` slots."""
+        self.length = length
+        self.keys = self.key_buffer[..., :length, :]
+        self.values = self.value_buffer[..., :length, :]
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and self.is_initialized:
+            self.truncate(max(0, self.length + tokens_to_remove))
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.truncate(0)
+
+
+def new_cache(model: PreTrainedModel, max_length: int) -> Cache:
+    """An empty full-attention cache for `max_length` tokens (it grows if needed); refuses sliding-window
+    models whose window is shorter than `max_length` (a tree mask replaces the model's own masks, so
+    windows would not be applied)."""
+    window = getattr(model.config.get_text_config(), "sliding_window", None)
+    uses_window = getattr(model.config.get_text_config(), "use_sliding_window", True)
+    if window is not None and uses_window and max_length > window:
+        raise ConfigError(
+            f"{type(model).__name__} uses a sliding attention window of {window} tokens; prompt + max_new_tokens "
+            f"+ tree ({max_length}) must fit inside it"
+        )
+    layers = model.config.get_text_config().num_hidden_layers
+    return Cache(layers=[PreallocatedLayer(max_length + 64) for _ in range(layers)])
+
+
+def cache_length(cache: Cache) -> int:
+    return cache.get_seq_length()
+
+
+def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequence[int]]) -> list[int]:
+    """Keep the accepted slots of B right-padded rows, in place: row b keeps its slots [0, lengths[b]) and moves
+    slot start + kept[b][j] to lengths[b] + j (kept[b] ascending); the cache keeps the longest row. Returns the new
+    lengths [B]. Rows whose kept slots are already where they go (a full row whose path was the first nodes) move
+    nothing; one row (B = 1) is the case lengths == [start]."""
+    rows = len(lengths)
+    new_lengths = [int(lengths[b]) + len(kept[b]) for b in range(rows)]
+    for b in range(rows):
+        if int(lengths[b]) > start:
+            raise ValueError(f"row {b} holds {lengths[b]} tokens, more than the {start} slots before the tree")
+    moving = [b for b in range(rows) if any(start + k != int(lengths[b]) + j for j, k in enumerate(kept[b]))]
+    width = max((len(kept[b]) for b in moving), default=0)
+    source = target = None
+    if moving:
+        source = torch.empty(rows, width, dtype=torch.long)
+        target = torch.empty(rows, width, dtype=torch.long)
+        for b in range(rows):
+            target[b] = int(lengths[b]) + torch.arange(width)
+            source[b] = target[b]  # padding entries (and rows in place) copy a slot onto itself
+            if b in moving:
+                source[b, : len(kept[b])] = start + torch.as_tensor(list(kept[b]), dtype=torch.long)
+    length = max(new_lengths, default=0)
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
+            continue
+        keys, values = layer.keys, layer.values
+        if moving:
+            heads, dim = keys.shape[1], keys.shape[-1]
+            src = source.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
+            dst = target.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
+            keys.scatter_(2, dst, keys.gather(2, src))
+            values.scatter_(2, dst, values.gather(2, src))
+        if isinstance(layer, PreallocatedLayer):
+            layer.truncate(length)
+        else:
+            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+    return new_lengths
+
+
+def select_rows(cache: Cache, rows: Sequence[int]) -> None:
+    """Keep only the batch rows `rows` (in that order), in place; the other rows stop costing work."""
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False) or layer.keys is None:
+            continue
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=layer.keys.device)
+        if isinstance(layer, PreallocatedLayer):
+            layer.key_buffer = layer.key_buffer.index_select(0, index)
+            layer.value_buffer = layer.value_buffer.index_select(0, index)
+            layer.truncate(layer.length)
+        else:
+            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)

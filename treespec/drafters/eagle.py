@@ -1,0 +1,99 @@
+"""The drafter of an EAGLE-style head (treespec.models.eagle_head) for B >= 1 rows; it reads the target's features.
+
+Draft position j consumes (f_{j-1}, x_j): the target's feature at the previous position and the embedding of
+token x_j. Cache layout (treespec.drafters.slots, positions = slots + 1): a row's committed pairs, then during a
+step its pending pairs (accepted tokens with their true target features), the root's pair, and one slot per
+forwarded tree node, whose feature is the head's own output at its parent. `observe` keeps the committed pairs
+and the chain (drafted features are replaced by the target's own), and queues the accepted path, with the
+target's features along it, as the next step's pending pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from treespec.decode.cache import new_cache
+from treespec.decode.engine import Request, StepOutcome
+from treespec.drafters.slots import RowSlots
+from treespec.models.eagle_head import EagleDraftModel, check_feature_layers
+
+
+class EagleDrafter(RowSlots):
+    """An `EagleDraftModel` over right-padded rows (see the module docstring)."""
+
+    wants_target_hidden = True
+    position_offset = 1
+    _row_state = ("pending_tokens", "pending_features", "root_feature", "_hidden")
+
+    def __init__(self, draft: EagleDraftModel, target: PreTrainedModel, max_length: int):
+        check_feature_layers(draft.config, target)
+        self.target_layers = tuple(draft.config.feature_layers)  # what the engine passes as target features
+        self.model, self.embed, self.max_length = draft, target.get_input_embeddings(), max_length
+        self.device = next(draft.parameters()).device
+        self.dtype = next(draft.parameters()).dtype
+
+    def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
+        """prefix_features [B, W, F]: row b's first len(prompts[b]) - 1 entries are the target's features of
+        prompts[b][:-1] (treespec.models.eagle_head.target_features); None starts every row from zero features."""
+        hidden = self.model.config.hidden_size
+        self.cache = new_cache(self.model, self.max_length)
+        self._begin(len(prompts))
+        self.pending_tokens, self.pending_features, self.root_feature = [], [], []
+        for b, prompt in enumerate(prompts):
+            prefix = len(prompt) - 1
+            if prefix_features is not None and prefix > 0:
+                features = self.model.fuse_features(prefix_features[b, :prefix].to(self.device))
+            else:
+                features = torch.zeros(prefix, hidden, device=self.device)
+            self.pending_tokens.append([int(t) for t in prompt[1:-1]])
+            self.pending_features.append(features[:-1])  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
+            self.root_feature.append(features[-1] if prefix else torch.zeros(hidden, device=self.device))
+        self._hidden: list[dict[int, torch.Tensor]] = [{} for _ in prompts]
+
+    def _run(self, tokens, positions, mask, features):
+        return self.model(features.to(self.dtype), self.embed(tokens).to(self.dtype), positions, mask, self.cache)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.expand_logits(self.model.reduced_logits(hidden))
+
+    def root_logits(self, roots: Sequence[int]) -> torch.Tensor:
+        chains = [pending + [int(root)] for pending, root in zip(self.pending_tokens, roots)]
+        width = max(len(c) for c in chains)
+        if len(chains) == 1:
+            features = torch.cat([self.pending_features[0], self.root_feature[0][None]])[None]  # [1, M, H]
+        else:
+            features = torch.zeros(len(chains), width, self.model.config.hidden_size, device=self.device)
+            for b, chain in enumerate(chains):
+                features[b, : len(chain)] = torch.cat([self.pending_features[b], self.root_feature[b][None]])
+        hidden = self._chain_pass(chains, features)  # [B, H]
+        self._hidden = [{0: hidden[b]} for b in range(len(chains))]
+        return self._logits(hidden)  # [B, V]
+
+    def node_logits(self, requests: Sequence[Request | None]) -> list[torch.Tensor]:
+        width = max(len(r[0]) if r else 0 for r in requests)
+        features = torch.zeros(len(requests), width, self.model.config.hidden_size, device=self.device)
+        for b, request in enumerate(requests):
+            if request and len(request[0]):
+                features[b, : len(request[0])] = torch.stack([self._hidden[b][p] for p in request[2]])
+        hidden = self._node_pass(requests, features)  # [B, M, H]
+        logits = self._logits(hidden)  # [B, M, V]
+        out = []
+        for b, request in enumerate(requests):
+            for j, node in enumerate(request[0] if request else ()):
+                self._hidden[b][node] = hidden[b, j]
+            out.append(logits[b, : len(request[0]) if request else 0])
+        return out
+
+    def observe(self, outcomes: Sequence[StepOutcome]) -> None:
+        """Keep each row's chain (drafted features are replaced by the target's own); queue the accepted path."""
+        for b, outcome in enumerate(outcomes):
+            if outcome.target_hidden is None:
+                raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
+            features = self.model.fuse_features(outcome.target_hidden.to(self.device))
+            self.pending_features[b] = features[:-1]
+            self.pending_tokens[b] = list(outcome.accepted_tokens[1:])
+            self.root_feature[b] = features[-1]
+        self._keep([list(range(m)) for m in self._chain])

@@ -1,0 +1,134 @@
+"""Benchmark runs: several decoding methods on the same prompt groups, in a rotating order, one row per run.
+
+A group is B prompts decoded together (B = 1: one prompt). For each group and sampling mode every method runs once,
+the order shifted by one per group so that no method always runs first; greedy outputs are compared with a
+reference method's (transformers' `generate`, or treespec's autoregressive loop). Methods are functions
+(group, sampling, seed, max_new_tokens) -> `Run`; `treespec_method` and `hf_method` make the two kinds. Target
+passes are counted the same way for every method: a forward pre-hook on the target (`PassCounter`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from treespec.api import generate_batch
+from treespec.decode.sampling import SamplingConfig
+
+
+@dataclass(frozen=True)
+class Run:
+    outputs: list[list[int]]  # each row's new tokens (up to and including its EOS)
+    passes: int  # target passes summed over the rows (a batched pass counts once per row it served)
+    batched_passes: int  # the target's forward calls
+
+
+Method = Callable[[list[list[int]], SamplingConfig, int, int], Run]
+
+
+class PassCounter:
+    """Counts forward calls of a model (one per target pass) through a forward pre-hook."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.calls = 0
+        self.handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_):
+        self.calls += 1
+
+    def remove(self) -> None:
+        self.handle.remove()
+
+
+def hf_generate(target, assistant, batch: list[list[int]], sampling: SamplingConfig, max_new_tokens: int,
+                eos: int | None, pad: int, seed: int) -> list[list[int]]:
+    """transformers' `generate` (with `assistant`: assisted generation, one prompt only) on prompts of any lengths
+    as one left-padded batch, with treespec's sampling settings; each row's tokens up to and including its EOS."""
+    torch.manual_seed(seed)
+    options: dict[str, Any] = {"do_sample": False}
+    if not sampling.greedy:  # top_k=0 disables transformers' default of 50
+        options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                   "top_k": sampling.top_k}
+    width = max(len(ids) for ids in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for b, ids in enumerate(batch):
+        input_ids[b, width - len(ids):], mask[b, width - len(ids):] = torch.as_tensor(ids), 1
+    out = target.generate(input_ids=input_ids.to(target.device), attention_mask=mask.to(target.device),
+                          max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, assistant_model=assistant,
+                          **options)
+    rows = []
+    for b in range(len(batch)):
+        tokens = out[b, width:].tolist()
+        rows.append(tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens)
+    return rows
+
+
+def hf_method(target, counter: PassCounter, eos: int | None, pad: int, assistant=None) -> Method:
+    """transformers' generate (assisted with `assistant`) as a bench method."""
+
+    def run(group, sampling, seed, max_new_tokens) -> Run:
+        counter.calls = 0
+        outputs = hf_generate(target, assistant, group, sampling, max_new_tokens, eos, pad, seed)
+        return Run(outputs, counter.calls * len(group), counter.calls)
+
+    return run
+
+
+def treespec_method(target, draft, policy, counter: PassCounter, eos: int | None, draft_vocab=None) -> Method:
+    """treespec's engine with a tree policy as a bench method (row b of a group draws from seed + b)."""
+
+    def run(group, sampling, seed, max_new_tokens) -> Run:
+        counter.calls = 0
+        outs = generate_batch(target, draft, group, tree=policy, max_new_tokens=max_new_tokens,
+                              temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed,
+                              eos_token_id=eos, draft_vocab=draft_vocab)
+        return Run([o.tokens for o in outs], sum(o.target_passes for o in outs), counter.calls)
+
+    return run
+
+
+def run_bench(methods: dict[tuple[str, str], Method], groups: Sequence[Sequence[tuple[Any, list[int]]]],
+              samplings: dict[str, SamplingConfig], *, seed: int, max_new_tokens: int, reference: str,
+              info: Callable[[str, str], dict] = lambda sampling, method: {},
+              on_row: Callable[[dict], None] | None = None, warmup_tokens: int = 8) -> list[dict[str, Any]]:
+    """Rows of every (group, sampling, method) run, methods keyed by (sampling name, method name); groups hold
+    (prompt, token ids) pairs with `prompt.id` and `prompt.category`. Group g starting at prompt i decodes with seed
+    seed + i. Every method first decodes the first group once with `warmup_tokens` (first calls pay one-off
+    costs). `info(sampling, method)` adds fields (the policy's predictions) to each row; `on_row` sees each row as
+    it is complete. A row's `output` is the token list (one prompt) or the rows' lists (a batch)."""
+    names = list(dict.fromkeys(method for _, method in methods))
+    for (sampling, _), decode in methods.items():
+        decode([ids for _, ids in groups[0]], samplings[sampling], seed, warmup_tokens)
+    rows, start_index = [], 0
+    for index, group in enumerate(groups):
+        ids = [i for _, i in group]
+        for sampling_name, sampling in samplings.items():
+            shift = index % len(names)
+            done, reference_output = [], None
+            for method in names[shift:] + names[:shift]:
+                if (sampling_name, method) not in methods:
+                    continue
+                start = time.perf_counter()
+                run = methods[sampling_name, method](ids, sampling, seed + start_index, max_new_tokens)
+                seconds = time.perf_counter() - start
+                output = run.outputs[0] if len(group) == 1 else run.outputs
+                if sampling.greedy and method == reference:
+                    reference_output = output
+                prompt = group[0][0]
+                done.append({"prompt_id": prompt.id if len(group) == 1 else "+".join(str(p.id) for p, _ in group),
+                             "category": prompt.category if len(group) == 1 else "batch", "sampling": sampling_name,
+                             "method": method, "batch_size": len(group), "tokens": sum(len(o) for o in run.outputs),
+                             "seconds": seconds, "passes": run.passes, "batched_passes": run.batched_passes,
+                             **info(sampling_name, method), "output": output})
+            for row in done:  # greedy: every method must reproduce the reference's output
+                row["matches_reference"] = None if reference_output is None else row["output"] == reference_output
+                if on_row is not None:
+                    on_row(row)
+            rows += done
+        start_index += len(group)
+    return rows
