@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> list[dict]:
         methods.remove("hf_assisted")
         print(f"batch size {size}: hf_assisted left out (transformers' assisted generation takes one prompt at a time)")
     if not methods:
-        raise ConfigError("no method left to run")
+        raise ConfigError("no method left to run (hf_assisted takes one prompt at a time)")
     trees = {m: cli.to_spec(TreeSpec, cfg.trees[m]) for m in methods if m not in HF_METHODS}
     if size == 1:
         for tree in trees.values():

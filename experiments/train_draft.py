@@ -44,14 +44,16 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
-from treespec.data import encode_chat, encode_prompt, humaneval, mtbench
-from treespec.training.corpus import FOLLOWUPS, SELF
-from treespec.training.prompt_pool import CATEGORIES, build_prompt_pool, followup
 
-from treespec import cli
+from treespec.app import cli
 from treespec.errors import ConfigError
+from treespec.eval import corpus
+from treespec.eval.corpus import FOLLOWUPS, SELF
+from treespec.eval.data import encode_chat, encode_prompt, humaneval, mtbench
+from treespec.eval.prompt_pool import CATEGORIES, build_prompt_pool, followup
 from treespec.models import load_model, load_tokenizer
-from treespec.training import corpus, distill_data, memory, self_prompts, train
+from treespec.models.eagle_head import init_eagle_from_target
+from treespec.training import distill_data, memory, self_prompts, train
 from treespec.training.model_card import model_card
 
 log = logging.getLogger("train_draft")
@@ -600,7 +602,7 @@ def make_trainee(cfg: DictConfig, run: Path, data: dict, vocab: list[int], pad: 
     if cfg.draft.kind != "eagle":
         raise ConfigError(f"draft.kind must be plain or eagle, got '{cfg.draft.kind}'")
     features = data["features"]
-    head = train.init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer,
+    head = init_eagle_from_target(target, vocab, init_layer=cfg.draft.eagle_init_layer,
                                         feature_layers=list(cfg.draft.eagle_feature_layers), layers=cfg.draft.eagle_layers)
     if cfg.draft.init_from:
         start = load_model(cfg.draft.init_from)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -26,6 +28,7 @@ def _own_profile_cache(tmp_path_factory):
     else:
         os.environ["TREESPEC_PROFILES"] = previous
 
+ROOT = Path(__file__).parents[1]  # the repository
 ARCHS = ("llama", "qwen2", "gpt2")
 ATTNS = ("eager", "sdpa", "treespec_sdpa")
 
@@ -61,3 +64,33 @@ def tiny_model(arch: str = "llama", *, seed: int = 0, vocab: int = 64, layers: i
 @pytest.fixture(scope="session")
 def llama_pair():
     return tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+
+
+class OneRow:
+    """A row-batched drafter (treespec.drafters) driven as one sequence: root_logits(root) -> [V],
+    node_logits(nodes, tokens, parents) -> [M, V], observe(outcome); `row` reads its per-row state."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def reset(self, prompt, prefix_features=None):
+        self.drafter.reset([list(prompt)], None if prefix_features is None else prefix_features[None])
+
+    def root_logits(self, root):
+        return self.drafter.root_logits([root])[0]
+
+    def node_logits(self, nodes, tokens, parents):
+        return self.drafter.node_logits([(list(nodes), list(tokens), list(parents))])[0]
+
+    def observe(self, outcome):
+        self.drafter.observe([outcome])
+
+    def row(self, name):
+        return getattr(self.drafter, name)[0]
+
+    def __getattr__(self, name):  # wants_target_hidden, target_layers, ...: the drafter's own
+        return getattr(self.drafter, name)
+
+    @property
+    def cache(self):
+        return self.drafter.cache

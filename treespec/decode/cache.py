@@ -115,14 +115,16 @@ def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequ
             if b in moving:
                 source[b, : len(kept[b])] = start + torch.as_tensor(list(kept[b]), dtype=torch.long)
     length = max(new_lengths, default=0)
+    src = dst = None
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
             continue
         keys, values = layer.keys, layer.values
         if moving:
-            heads, dim = keys.shape[1], keys.shape[-1]
-            src = source.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
-            dst = target.to(keys.device)[:, None, :, None].expand(-1, heads, -1, dim)
+            if src is None or src.shape[1] != keys.shape[1] or src.shape[-1] != keys.shape[-1]:
+                shape = (-1, keys.shape[1], -1, keys.shape[-1])  # [B, H, w, D]
+                src = source.to(keys.device)[:, None, :, None].expand(*shape)
+                dst = target.to(keys.device)[:, None, :, None].expand(*shape)
             keys.scatter_(2, dst, keys.gather(2, src))
             values.scatter_(2, dst, values.gather(2, src))
         if isinstance(layer, PreallocatedLayer):

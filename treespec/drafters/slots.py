@@ -52,23 +52,22 @@ class RowSlots:
         width = max(len(c) for c in chains)
         visible = torch.zeros(rows, width, length + width, dtype=torch.bool)
         visible[:, :, length:] = torch.ones(width, width, dtype=torch.bool).tril()
-        tokens = torch.zeros(rows, width, dtype=torch.long)
-        positions = torch.zeros(rows, width, dtype=torch.long)
+        tokens, positions = [], []
         self._start, self._chain = length, [len(c) for c in chains]
         self._root_position, self._slot, self._parent, self._depth = [], [], [], []
         for b, chain in enumerate(chains):
             m, first = len(chain), self.committed[b] + self.position_offset
             visible[b, :m, : self.committed[b]] = True
-            if m < width:
+            if m < width:  # padding queries see only themselves
                 visible[b, m:, length:] = torch.eye(width, dtype=torch.bool)[m:]
-            tokens[b, :m] = torch.as_tensor(list(chain), dtype=torch.long)
-            positions[b] = first + torch.arange(width).clamp_max(m - 1)
+            tokens.append([int(t) for t in chain] + [0] * (width - m))
+            positions.append([first + min(j, m - 1) for j in range(width)])
             self._root_position.append(first + m - 1)
             self._slot.append({0: length + m - 1})
             self._parent.append({0: -1})
             self._depth.append({0: 0})
-        out = self._run(tokens.to(self.device), positions.to(self.device), additive(visible.to(self.device), self.dtype),
-                        features)
+        out = self._run(torch.tensor(tokens, device=self.device), torch.tensor(positions, device=self.device),
+                        additive(visible.to(self.device), self.dtype), features)  # [B, W, *]
         if rows == 1:
             return out[:, -1]
         return out[torch.arange(rows, device=out.device), torch.as_tensor(self._chain, device=out.device) - 1]
@@ -80,25 +79,30 @@ class RowSlots:
         width = max(sizes)
         visible = torch.zeros(rows, width, length + width, dtype=torch.bool)
         visible[:, :, length:] = torch.eye(width, dtype=torch.bool)
-        tokens = torch.zeros(rows, width, dtype=torch.long)
-        positions = torch.zeros(rows, width, dtype=torch.long)
+        tokens, positions = [], []
         for b, request in enumerate(requests):
             if not sizes[b]:
+                tokens.append([0] * width)
+                positions.append([0] * width)
                 continue
             nodes, toks, parents = request
             slot, parent_of, depth = self._slot[b], self._parent[b], self._depth[b]
             visible[b, : sizes[b], : self.committed[b]] = True
             visible[b, : sizes[b], self._start: self._start + self._chain[b]] = True  # pending tokens and the root
+            row_positions = []
             for j, (node, parent) in enumerate(zip(nodes, parents)):
-                ancestor = parent
+                seen, ancestor = [], parent
                 while ancestor > 0:
-                    visible[b, j, slot[ancestor]] = True
+                    seen.append(slot[ancestor])
                     ancestor = parent_of[ancestor]
+                if seen:
+                    visible[b, j, seen] = True
                 parent_of[node], depth[node] = parent, depth[parent] + 1
-                positions[b, j] = self._root_position[b] + depth[node]
-            tokens[b, : sizes[b]] = torch.as_tensor(list(toks), dtype=torch.long)
-        out = self._run(tokens.to(self.device), positions.to(self.device), additive(visible.to(self.device), self.dtype),
-                        features)
+                row_positions.append(self._root_position[b] + depth[node])
+            tokens.append([int(t) for t in toks] + [0] * (width - sizes[b]))
+            positions.append(row_positions + [0] * (width - sizes[b]))
+        out = self._run(torch.tensor(tokens, device=self.device), torch.tensor(positions, device=self.device),
+                        additive(visible.to(self.device), self.dtype), features)
         for b, request in enumerate(requests):
             for j, node in enumerate(request[0] if request else ()):
                 self._slot[b][node] = length + j

@@ -130,25 +130,26 @@ class LeanDecoder:
         """input_ids [B, M], position_ids [B, M], mask [B or 1, 1, M, L + M] additive (L cached slots), cache: a
         `treespec.decode.cache.new_cache` whose layers take the new keys/values -> (last hidden states [B, M, H],
         normed; {i: the hidden states [B, M, H] after the first i layers, for i in `keep`}, 0 being the embeddings)."""
-        x = self.embed(input_ids)  # [B, M, H]
-        kept = {0: x} if 0 in keep else {}
-        rows, m, d = x.shape[0], x.shape[1], self.head_dim
+        rows, m, d = input_ids.shape[0], input_ids.shape[1], self.head_dim
+        x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
+        kept = {0: x.view(rows, m, -1)} if 0 in keep else {}
         cos, sin = self.rotary(x, position_ids)  # [B, M, d]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, M, d]: the same for every head
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
         mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.input_eps))  # [B, M, (heads + 2 kv_heads) d]
+            qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.input_eps)).view(rows, m, -1)  # [B, M, (h + 2 kv) d]
             query = rotate(qkv[..., :q_end].view(rows, m, self.heads, d).transpose(1, 2), cos, sin)  # [B, heads, M, d]
             key = rotate(qkv[..., q_end:k_end].view(rows, m, self.kv_heads, d).transpose(1, 2), cos, sin)
             value = qkv[..., k_end:].view(rows, m, self.kv_heads, d).transpose(1, 2)
             keys, values = cache.layers[index].update(key, value)  # [B, kv_heads, L + M, d]
             attended = grouped_query_attention(query, keys, values, mask, scale=layer.scale)  # [B, heads, M, d]
-            x = x + layer.out(attended.transpose(1, 2).reshape(rows, m, self.heads * d))
-            gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [B, M, 2 I]
-            x = x + layer.down(layer.act(gate_up[..., : self.intermediate]) * gate_up[..., self.intermediate:])
+            x = x + layer.out(attended.transpose(1, 2).reshape(rows * m, self.heads * d))
+            gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [B M, 2 I]
+            x = x + layer.down(layer.act(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate:])
             if index + 1 in keep:
-                kept[index + 1] = x
+                kept[index + 1] = x.view(rows, m, -1)
+        x = x.view(rows, m, -1)
         return rms_norm(x, self.final_norm, self.final_eps), kept
 
 

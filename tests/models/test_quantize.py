@@ -1,0 +1,160 @@
+"""4-bit draft weights (treespec.quantize): the pure quantizer, the int4 layer against its dequantized weight, the
+vocabulary-subset head, and losslessness: greedy parity with the target alone and the first tokens' law under
+sampling, whatever the draft's rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import OneRow, tiny_model
+from test_engine import PROMPTS, all_policies, reference
+
+import treespec
+from treespec import policies
+from treespec.app.configs import LoadedPair, with_draft_weights
+from treespec.decode.sampling import SamplingConfig
+from treespec.drafters import CausalLMDrafter
+from treespec.errors import ConfigError
+from treespec.eval import certify
+from treespec.models.quantize import GROUP, Int4Linear, dequantize_int4, int4_available, quantize_draft_weights, quantize_int4
+from treespec.plan import hardware
+
+pytestmark = pytest.mark.skipif(not int4_available(), reason="this torch build has no CPU int4 kernel")
+
+
+def test_weights_on_a_4_bit_grid_come_back_exactly():
+    torch.manual_seed(0)
+    rows, cols = 8, 2 * GROUP
+    codes = torch.randint(0, 16, (rows, cols), dtype=torch.uint8)
+    codes[:, ::GROUP], codes[:, 1::GROUP] = 0, 15  # every group spans the full code range
+    scale = torch.rand(rows, 2, 1) + 0.1
+    low = torch.randn(rows, 2, 1)
+    weight = (codes.float().reshape(rows, 2, GROUP) * scale + low).reshape(rows, cols)
+    got_codes, scale_zero = quantize_int4(weight)
+    assert torch.equal(got_codes, codes) and scale_zero.shape == (2, rows, 2)
+    assert torch.allclose(dequantize_int4(got_codes, scale_zero), weight, atol=1e-5)
+
+
+def test_rounding_error_is_at_most_half_a_step():
+    weight = torch.randn(48, 96)
+    codes, scale_zero = quantize_int4(weight)
+    step = scale_zero[..., 0].t().repeat_interleave(GROUP, dim=1)  # [O, I]
+    assert int(codes.max()) <= 15
+    assert ((dequantize_int4(codes, scale_zero) - weight).abs() <= step / 2 + 1e-6).all()
+
+
+@pytest.mark.parametrize("out_features", [16, 40])  # 40: rows padded to 48 for the kernel, cut after it
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_linear_multiplies_by_its_dequantized_weight(out_features, dtype):
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(64, out_features)
+    layer = Int4Linear.from_linear(linear)
+    for shape in [(1, 64), (3, 64), (2, 5, 64)]:
+        x = torch.randn(*shape)
+        out = layer(x.to(dtype))
+        expected = torch.nn.functional.linear(x.bfloat16().float(), layer.weight_fp32(), linear.bias)
+        assert out.dtype == dtype and out.shape == (*shape[:-1], out_features)
+        assert torch.allclose(out.float(), expected, atol=0.05, rtol=0.02)
+    assert (layer.weight_fp32() - linear.weight).abs().max() < 0.1 * linear.weight.abs().max()
+
+
+def test_rows_keep_the_same_codes():
+    layer = Int4Linear.from_linear(torch.nn.Linear(32, 64))
+    index = torch.tensor([3, 7, 63, 0, 12])  # 5 rows: padded to 16 inside, cut after
+    subset = layer.rows(index)
+    x = torch.randn(4, 32)
+    assert subset.out_features == 5 and torch.equal(subset(x), layer(x)[:, index])
+
+
+def test_bad_inputs_are_named():
+    with pytest.raises(ConfigError, match="divisible by 32"):
+        Int4Linear.from_linear(torch.nn.Linear(48, 16))
+    with pytest.raises(ConfigError, match="unknown draft weight scheme"):
+        quantize_draft_weights(tiny_model("llama", layers=1), "int3")
+    with pytest.raises(ConfigError, match="needs a draft"):
+        with_draft_weights(LoadedPair(tiny_model("llama"), None, None), "int4")
+    model = tiny_model("llama", layers=1)
+    assert quantize_draft_weights(model, None) is model and isinstance(model.lm_head, torch.nn.Linear)
+
+
+def quantized(arch: str, **kwargs) -> torch.nn.Module:
+    model = quantize_draft_weights(tiny_model(arch, **kwargs), "int4")
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    return model
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_greedy_parity_with_a_4_bit_draft(arch):
+    target, draft = tiny_model(arch, seed=0), quantized(arch, seed=1, layers=1)
+    for prompt in PROMPTS[:2]:
+        expected = reference(target, prompt, 20)
+        for name, tree in all_policies().items():
+            got = treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=20)
+            assert got.tokens == expected, (arch, name, prompt)
+        subset = treespec.generate(target, draft, prompt, tree=policies.Chain(4), max_new_tokens=20,
+                                   draft_vocab=torch.arange(0, 64, 2))
+        assert subset.tokens == expected
+
+
+def test_a_vocabulary_subset_of_a_4_bit_head_is_its_logits_restricted():
+    draft = quantized("qwen2", seed=1, layers=1)
+    vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
+    full, sub = OneRow(CausalLMDrafter(draft, 64)), OneRow(CausalLMDrafter(draft, 64, vocab))
+    assert sub.drafter._int4 is not None and sub.drafter._int4.out_features == 7
+    with torch.inference_mode():
+        for d in (full, sub):
+            d.reset([3, 17, 5, 9])
+        a, b = full.root_logits(9)[None], sub.root_logits(9)[None]
+        c, d = full.node_logits([1, 2], [4, 10], [0, 0]), sub.node_logits([1, 2], [4, 10], [0, 0])
+        for whole, part in ((a, b), (c, d)):
+            assert torch.allclose(part[:, vocab], whole[:, vocab], atol=1e-5)
+            assert int(torch.isneginf(part).sum()) == part.shape[0] * (64 - 7)
+
+
+def test_a_vocabulary_subset_of_a_head_quantized_in_inference_mode():
+    """Inference tensors keep no version counter: the subset head's cache must not ask them for one."""
+    vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
+    with torch.inference_mode():
+        draft = quantize_draft_weights(tiny_model("qwen2", seed=1, layers=1), "int4")
+        first, again = OneRow(CausalLMDrafter(draft, 64, vocab)), OneRow(CausalLMDrafter(draft, 64, vocab))
+        assert again.drafter._int4 is first.drafter._int4 and first.drafter._int4.out_features == 7  # built once
+        for d in (first, again):
+            d.reset([3, 17, 5, 9])
+        assert torch.equal(first.root_logits(9), again.root_logits(9))
+
+
+def test_first_two_tokens_follow_the_target_with_a_4_bit_draft():
+    v, runs = 8, 1500
+    target = tiny_model("llama", seed=10, vocab=v, hidden=32, layers=1, sharpness=6.0)
+    draft = quantize_draft_weights(tiny_model("llama", seed=11, vocab=v, hidden=32, layers=1, sharpness=4.0), "int4")
+    prompt, sampling = [1, 4, 2], SamplingConfig(1.0)
+    law = certify.target_law(target, prompt, 2, sampling)
+    outs, accepted = [], 0
+    for run in range(runs):
+        out = treespec.generate(target, draft, prompt, tree=policies.KAry([3, 2]), max_new_tokens=3,
+                                temperature=1.0, seed=run)
+        outs.append(out.tokens[:2])
+        accepted += out.steps[0].accepted - 1
+    assert accepted > runs * 0.2, "the test needs drafts that are often accepted"
+    verdict = certify.certify(certify.pad_runs(outs, law), law)
+    assert verdict.passed, verdict.tests
+
+
+def test_auto_profile_times_a_4_bit_draft_in_one_layout(monkeypatch, tmp_path):
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(hardware, "crossover", lambda standard, other: None)
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)
+    target, draft = tiny_model("llama", seed=0), quantized("llama", seed=1, layers=1)
+    _, draft, resolved = hardware.auto_profile(target, draft, sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
+    assert [c["layout"] for c in resolved.candidates if c["role"] == "draft"] == ["standard"]
+    assert {c["layout"] for c in resolved.candidates if c["role"] == "target"} >= {"standard", "transposed"}
+    assert isinstance(draft.lm_head, Int4Linear)
+
+
+def test_only_the_head_keeps_its_codes():
+    model = quantized("llama", layers=1)
+    assert model.lm_head.codes is not None
+    inner = model.model.layers[0].mlp.down_proj
+    assert inner.codes is None and inner.packed.numel() > 0
+    with pytest.raises(ConfigError, match="keep_codes"):
+        inner.rows(torch.tensor([0, 1]))
