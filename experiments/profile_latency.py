@@ -5,7 +5,7 @@
     python experiments/profile_latency.py dtype=auto layout=auto  # also choose fp32/bf16 and the weight layout
     python experiments/profile_latency.py device=cuda dtype=bfloat16 name=h200_smollm2 install=true
 
-Measures what `hardware=auto` measures (treespec.hardware.auto_profile: t(n), the draft's cost per level
+Measures what `hardware=auto` measures (treespec.plan.hardware.auto_profile: t(n), the draft's cost per level
 width, the engine's per-step overheads, and with layout/dtype `auto` the faster configuration of each model),
 always anew, and refreshes the auto cache with it. Writes hardware_<name>.yaml (the conf/hardware/ format)
 into the run directory, and with install=true also to conf/hardware/<name>.yaml so that `hardware=<name>`

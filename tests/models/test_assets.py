@@ -13,6 +13,7 @@ from treespec.eval.data import encode_prompt
 from treespec.models.draft_lm import TreespecDraftForCausalLM
 from treespec.models.eagle_head import EagleDraftModel, target_features
 
+pytestmark = pytest.mark.real_models
 ASSETS = Path(models.__file__).parents[1] / "assets"
 DRAFTS = {models.PLAIN_DRAFT: TreespecDraftForCausalLM, models.DEFAULT_DRAFT: EagleDraftModel}
 

@@ -29,6 +29,7 @@ def test_sampling_and_bfloat16_run_on_the_gpu():
     assert len(out.tokens) == 32 and all(0 <= t < 64 for t in out.tokens)
 
 
+@pytest.mark.real_models
 def test_default_pair_greedy_parity_on_the_gpu():
     from treespec.eval.data import encode_prompt
     from treespec.models import DEFAULT_DRAFT, DEFAULT_TARGET, load_model, load_tokenizer

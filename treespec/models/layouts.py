@@ -15,7 +15,7 @@ changed; results differ from the standard layout by float rounding, as between a
   or bf16 on CPUs whose torch has oneDNN): every input multiplies through oneDNN's inner-product kernel on it,
   which on an AMD EPYC (2026-12) was faster than MKL at every row count, 1 to 64.
 
-Which one is fastest depends on the CPU: `treespec.hardware.auto_profile` measures them. The two-copy
+Which one is fastest depends on the CPU: `treespec.plan.hardware.auto_profile` measures them. The two-copy
 layouts cost memory (`extra_bytes`): MKL pads its packed copies (about 2x a large matrix, up to 20x a small
 one), so `set_linear_layout` takes a `max_extra_bytes` budget.
 """

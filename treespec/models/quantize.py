@@ -2,7 +2,7 @@
 
 A draft only proposes tokens: the target verifies each one against its own distribution, and the sampling modes
 use the q the draft actually produced, so a draft with rounded weights changes acceptance, never the output
-(treespec.verify). A 0.5B-parameter draft's levels are bound by reading its weights, and 4-bit codes are a
+(treespec.decode.verify). A 0.5B-parameter draft's levels are bound by reading its weights, and 4-bit codes are a
 quarter of bf16's bytes: on an AMD EPYC (2 cores, avx512_bf16, 2026-12) 24 random 4864 x 896 matrices (one MLP
 projection of each Qwen2.5 0.5B layer) took 2.6 ms for one input row against 7.1 ms in bf16 on oneDNN-reordered
 weights (4.7 against 7.0 for 4 rows, 8.2 against 9.3 for 8; slower for 16: 12.7 against 8.9).

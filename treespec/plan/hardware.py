@@ -308,7 +308,7 @@ def auto_profile(
     it is fast); `layout`: "standard", "transposed", "hybrid:<rows>", "packed:<rows>", "onednn" or "auto" (both
     plain layouts and, with oneDNN, "onednn" on a CPU; for the target also their hybrid where they cross over and,
     in fp32 with MKL, the packed layouts; GPUs use standard); `draft_vocab`
-    [S]: the draft's levels are timed scoring only those token ids (`treespec.vocab`), a profile of its own."""
+    [S]: the draft's levels are timed scoring only those token ids (`treespec.drafters.vocab`), a profile of its own."""
     if layout != "auto":
         parse_layout(layout)
     device = next(target.parameters()).device
@@ -347,7 +347,7 @@ def auto_profile(
     sizes = tuple(sizes)
     common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
-    # a draft whose linear layers are all 4-bit (treespec.quantize) has no weights for a layout to store
+    # a draft whose linear layers are all 4-bit (treespec.models.quantize) has no weights for a layout to store
     quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
     draft_layouts = ["standard"] if quantized else layouts
     total = configurations + len(draft_dtypes) * len(draft_layouts) + extras + 2
