@@ -33,7 +33,7 @@ if [ "$DEVICE" = cuda ]; then
   $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" \
     2>&1 | tee -a "$OUT/summary.txt" || exit 1
   step "CUDA tests (greedy parity with transformers on the GPU, tree masks, batched rows)"
-  timeout 240 $PY -m pytest -q tests/test_cuda.py tests/test_batch.py -k "cuda or gpu" 2>&1 | tee "$OUT/pytest.log" \
+  timeout 240 $PY -m pytest -q tests/models/test_cuda.py tests/decode/test_batch.py -k "cuda or gpu" 2>&1 | tee "$OUT/pytest.log" \
     | tail -3 | tee -a "$OUT/summary.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
