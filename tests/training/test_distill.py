@@ -16,7 +16,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from treespec.errors import ConfigError
 from treespec.eval import corpus
 from treespec.models import DEFAULT_TARGET, load_model, load_tokenizer
-from treespec.training import distill_data, train
+from treespec.training import corpus_stages, distill_data, pipeline, run_corpus, train
+from treespec.training.config import TrainDraftSchema
 
 ROOT = Path(__file__).parents[2]
 
@@ -280,25 +281,24 @@ def test_compare_precision_measures_agreement_with_the_reference():
 
 
 def _config(target_dir, corpus_dir, *overrides):
-    """train_draft's configuration for a 9-prompt pool of the tiny target, as Hydra would compose it."""
-    import train_draft
+    """train_draft's configuration for a 9-prompt pool of the tiny target, as Hydra would compose it and
+    experiments/train_draft.py hands it to the stages (a TrainDraftSchema)."""
     from omegaconf import OmegaConf
 
     defaults = OmegaConf.load(ROOT / "conf/train_draft.yaml")
     del defaults["defaults"], defaults["hydra"]
-    return OmegaConf.merge(OmegaConf.structured(train_draft.TrainDraftSchema), defaults,
-                           OmegaConf.from_dotlist([f"target={target_dir}", f"corpus.dir={corpus_dir}", "pool.size=9",
-                                                   "generate.max_new_tokens=5", "generate.batch_size=4",
-                                                   "generate.shard_prompts=3", *overrides]))
+    return OmegaConf.to_object(OmegaConf.merge(
+        OmegaConf.structured(TrainDraftSchema), defaults,
+        OmegaConf.from_dotlist([f"target={target_dir}", f"corpus.dir={corpus_dir}", "pool.size=9", "generate.max_new_tokens=5",
+                                "generate.batch_size=4", "generate.shard_prompts=3", *overrides])))
 
 
 def _generate_in_process(run, target_dir, corpus_dir, *overrides):
-    """train_draft's pool and generate stages in this process (a session adding to the corpus)."""
-    import train_draft
-
+    """train_draft's pool and generate stages (treespec.training.corpus_stages) in this process (a session adding
+    to the corpus)."""
     cfg = _config(target_dir, corpus_dir, *overrides)
     run.mkdir(exist_ok=True)
-    train_draft.stage_generate(cfg, run, train_draft.stage_pool(cfg, run))
+    corpus_stages.stage_generate(cfg, run, corpus_stages.stage_pool(cfg, run))
     return json.loads((corpus_dir / "manifest.json").read_text())
 
 
@@ -338,15 +338,13 @@ def test_generation_appends_across_sessions_and_regenerates_an_interrupted_shard
 
 
 def test_followups_answer_each_first_turn_and_are_redone_when_it_changes(tmp_path, tiny_target_dir):
-    import train_draft
-
     from treespec.eval.prompt_pool import followup
 
     store, run = tmp_path / "corpus", tmp_path / "run"
     first = _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32")
     cfg = _config(tiny_target_dir, store, "generate.dtype=float32", "generate.max_shards=2")
-    prompts = train_draft.stage_pool(cfg, run)
-    train_draft.stage_followups(cfg, run, prompts)
+    prompts = corpus_stages.stage_pool(cfg, run)
+    corpus_stages.stage_followups(cfg, run, prompts)
     second = json.loads((store / "turn2" / "manifest.json").read_text())
     assert second["pool"]["turn"] == 2 and second["modes"] == first["modes"]
     assert [e["file"] for e in second["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
@@ -375,28 +373,26 @@ def test_followups_answer_each_first_turn_and_are_redone_when_it_changes(tmp_pat
     kept = (store / "turn2" / "p000000-000003.npz").read_bytes()
     second["shards"][0]["first_turn"]["sha256"] = "0" * 64
     (store / "turn2" / "manifest.json").write_text(json.dumps(second))
-    train_draft.stage_followups(_config(tiny_target_dir, store, "generate.dtype=float32"), run, prompts)
+    corpus_stages.stage_followups(_config(tiny_target_dir, store, "generate.dtype=float32"), run, prompts)
     third = json.loads((store / "turn2" / "manifest.json").read_text())
     assert [e["file"] for e in third["shards"]] == ["p000003-000006.npz", "p000000-000003.npz", "p000006-000009.npz"]
     assert third["shards"][1]["first_turn"]["sha256"] == first["shards"][0]["sha256"]
     assert (store / "turn2" / "p000000-000003.npz").read_bytes() == kept  # same seeds, same answers
 
     # teacher, vocab and train read both parts; followups.train=false reads the first turns only
-    pad = train_draft.special_ids(tokenizer)[1]
-    parts = train_draft.corpus_parts(cfg, run, tokenizer)
+    pad = corpus_stages.special_ids(tokenizer)[1]
+    parts = run_corpus.corpus_parts(cfg, run, tokenizer)
     assert [p.name for p in parts] == ["", "turn2"]
-    train_draft.stage_teacher(cfg, run, parts, pad)
+    pipeline.stage_teacher(cfg, run, parts, pad)
     assert len(list((run / "teacher").glob("turn2.p*.top20.pt"))) == 3 and len(list((run / "teacher").glob("p*.pt"))) == 3
-    data = train_draft.load_data(cfg, run, parts)
+    data = pipeline.load_data(cfg, run, parts)
     assert data["part"] == [""] * 9 + ["turn2"] * 9 and data["pool_index"][:9] == data["pool_index"][9:]
     assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
-    only_first = train_draft.corpus_parts(_config(tiny_target_dir, store, "followups.train=false"), run, tokenizer)
+    only_first = run_corpus.corpus_parts(_config(tiny_target_dir, store, "followups.train=false"), run, tokenizer)
     assert [p.name for p in only_first] == [""]
 
 
 def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_target_dir, monkeypatch):
-    import train_draft
-
     from treespec.eval.data import encode_prompt
     from treespec.training import self_prompts
 
@@ -411,7 +407,7 @@ def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_
     store, run = tmp_path / "corpus", tmp_path / "run"
     _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32", "generate.prompts=3")
     cfg = _config(tiny_target_dir, store, "generate.dtype=float32", "self_prompts.count=6")
-    train_draft.stage_self_prompts(cfg, run)
+    corpus_stages.stage_self_prompts(cfg, run)
     manifest = json.loads((store / "self" / "manifest.json").read_text())
     assert [e["file"] for e in manifest["shards"]] == ["p000000-000003.npz", "p000003-000006.npz"]
     assert manifest["pool"]["temperature"] == 1.0 and "MT-Bench" in manifest["pool"]["screen"]
@@ -424,55 +420,51 @@ def test_self_prompts_are_screened_answered_and_read_by_training(tmp_path, tiny_
         for (ids, plen), index, mode in zip(corpus.records(arrays), arrays["pool_index"], arrays["mode"]):
             assert ids[:plen].tolist() == encode_prompt(tokenizer, requests[int(index) - start])
             assert mode == self_prompts.mode_for(int(index), weights, 0) and len(ids) > plen
-    train_draft.stage_self_prompts(cfg, run)  # all 6 requests written: nothing to add
+    corpus_stages.stage_self_prompts(cfg, run)  # all 6 requests written: nothing to add
     assert json.loads((store / "self" / "manifest.json").read_text()) == manifest
 
-    pad = train_draft.special_ids(tokenizer)[1]
-    parts = train_draft.corpus_parts(cfg, run, tokenizer)
+    pad = corpus_stages.special_ids(tokenizer)[1]
+    parts = run_corpus.corpus_parts(cfg, run, tokenizer)
     assert [p.name for p in parts] == ["", "self"]
-    train_draft.stage_teacher(cfg, run, parts, pad)
-    data = train_draft.load_data(cfg, run, parts)
+    pipeline.stage_teacher(cfg, run, parts, pad)
+    data = pipeline.load_data(cfg, run, parts)
     assert data["part"] == [""] * 3 + ["self"] * 4 and data["category"][3:] == ["self"] * 4
     assert [len(t) for t in data["top_ids"]] == [len(ids) - p for ids, p in zip(data["input_ids"], data["prompt_len"])]
-    assert [p.name for p in train_draft.corpus_parts(_config(tiny_target_dir, store, "self_prompts.train=false"), run,
-                                                     tokenizer)] == [""]
+    assert [p.name for p in run_corpus.corpus_parts(_config(tiny_target_dir, store, "self_prompts.train=false"), run,
+                                                    tokenizer)] == [""]
 
 
 def test_a_bf16_teacher_pass_has_a_cache_of_its_own(tmp_path, tiny_target_dir):
-    import train_draft
-
     store, run = tmp_path / "corpus", tmp_path / "run"
     _generate_in_process(run, tiny_target_dir, store, "generate.dtype=float32", "generate.prompts=3")
     tokenizer = load_tokenizer(tiny_target_dir)
-    pad = train_draft.special_ids(tokenizer)[1]
+    pad = corpus_stages.special_ids(tokenizer)[1]
     fp32, bf16 = (_config(tiny_target_dir, store, "draft.kind=eagle", f"teacher.dtype={d}") for d in ("float32", "bfloat16"))
-    parts = train_draft.corpus_parts(bf16, run, tokenizer)
-    train_draft.stage_teacher(bf16, run, parts, pad)
+    parts = run_corpus.corpus_parts(bf16, run, tokenizer)
+    pipeline.stage_teacher(bf16, run, parts, pad)
     assert [p.name for p in (run / "teacher").iterdir()] == ["p000000-000003." + parts[0].manifest["shards"][0]["sha256"][:16]
                                                              + ".top20.features.bf16.pt"]
     with pytest.raises(ConfigError, match="missing: run the teacher stage"):
-        train_draft.load_data(fp32, run, parts)  # an fp32 run never reads the bf16 cache
-    rounded = train_draft.load_data(bf16, run, parts)
-    train_draft.stage_teacher(fp32, run, parts, pad)
-    exact = train_draft.load_data(fp32, run, parts)
+        pipeline.load_data(fp32, run, parts)  # an fp32 run never reads the bf16 cache
+    rounded = pipeline.load_data(bf16, run, parts)
+    pipeline.stage_teacher(fp32, run, parts, pad)
+    exact = pipeline.load_data(fp32, run, parts)
     assert len(list((run / "teacher").iterdir())) == 2
     for low, high in zip(rounded["features"], exact["features"]):  # the same features, to bf16's 8 bits of mantissa
         assert low.shape == high.shape and torch.allclose(low.float(), high.float(), rtol=0.05, atol=0.05)
     for low, high in zip(rounded["top_logprobs"], exact["top_logprobs"]):
         assert (low.float() - high.float()).abs().max() < 0.1
     with pytest.raises(ConfigError, match="teacher.dtype must be auto, float32 or bfloat16, got 'float16'"):
-        train_draft.stage_teacher(_config(tiny_target_dir, store, "teacher.dtype=float16"), run, parts, pad)
+        pipeline.stage_teacher(_config(tiny_target_dir, store, "teacher.dtype=float16"), run, parts, pad)
 
 
 def test_no_shard_starts_after_max_hours(caplog):
     import logging
 
-    import train_draft
-
     shards = [(0, 3), (3, 6)]
-    assert list(train_draft.within_hours(shards, None, "prompts {0}..{1}")) == shards
-    assert list(train_draft.within_hours(shards, 1.0, "prompts {0}..{1}")) == shards
+    assert list(corpus_stages.within_hours(shards, None, "prompts {0}..{1}")) == shards
+    assert list(corpus_stages.within_hours(shards, 1.0, "prompts {0}..{1}")) == shards
     with caplog.at_level(logging.INFO, logger="train_draft"):
-        assert list(train_draft.within_hours(shards, 0.0, "prompts {0}..{1}")) == []
-        assert list(train_draft.within_hours([{"file": "p.npz"}], 0.0, "the follow-ups of {0[file]}")) == []
+        assert list(corpus_stages.within_hours(shards, 0.0, "prompts {0}..{1}")) == []
+        assert list(corpus_stages.within_hours([{"file": "p.npz"}], 0.0, "the follow-ups of {0[file]}")) == []
     assert "stopping before prompts 0..3" in caplog.text and "stopping before the follow-ups of p.npz" in caplog.text
