@@ -3,8 +3,8 @@ kernel and faulted back in at every step.
 
 By default glibc serves blocks above a (dynamic) threshold with mmap and trims the heap's free top, so each
 training step hands its large activations back to the kernel and takes them again, zero-filled: with the teacher
-cache filling the page cache, that cost a measured run 36-39% of its CPU time in the kernel (docs/training.md,
-training section). `keep_freed_memory()` sets, for the running process, what the environment variables
+cache filling the page cache, that cost a measured run 36-39% of its CPU time in the kernel (docs/training.md).
+`keep_freed_memory()` sets, for the running process, what the environment variables
 MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and MALLOC_TOP_PAD_ would set at its start.
 """
 
