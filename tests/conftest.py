@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import runpy
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -94,3 +100,44 @@ class OneRow:
     @property
     def cache(self):
         return self.drafter.cache
+
+
+@dataclass
+class Ran:
+    """What a command-line run gave: its exit status and what it printed (as subprocess.CompletedProcess has it)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_inprocess(target: str, args, *, module: bool = False, stdin: str = "") -> Ran:
+    """Run an entry point (a script path, or a module with `module=True`, as `python -m` does) in this process, with
+    `args` as its command line, standard input `stdin`, and stdout/stderr captured: the command line exactly as a
+    user types it, without a fresh interpreter's seconds of imports. The process state an app changes is put back
+    (working directory, environment, grad mode, torch threads)."""
+    argv, cwd, env = sys.argv, os.getcwd(), dict(os.environ)
+    grad, threads, stdin_stream = torch.is_grad_enabled(), torch.get_num_threads(), sys.stdin
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = [target, *map(str, args)]
+    sys.stdin = io.StringIO(stdin)
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            if module:
+                sys.modules.pop(target, None)  # run as __main__ afresh, as `python -m` does
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(str(ROOT / target), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, (int, type(None))):
+            err.write(str(exit_.code))
+    finally:
+        sys.argv, sys.stdin = argv, stdin_stream
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
+    return Ran(code, out.getvalue(), err.getvalue())

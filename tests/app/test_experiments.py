@@ -15,6 +15,7 @@ import profile_latency
 import pytest
 import run
 import yaml
+from conftest import run_inprocess
 from hydra import compose, initialize_config_dir
 
 from treespec.app.cli import CONF_DIR, register
@@ -67,16 +68,20 @@ def test_a_typo_is_an_error():
         _compose("run", ["tree.budgett=3"])
 
 
-def _app(script, *args, timeout=300):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    result = subprocess.run([sys.executable, str(ROOT / "experiments" / script), *args], capture_output=True, text=True,
-                            timeout=timeout, cwd=ROOT, env=env)
+def _app(script, *args, process=False):
+    """experiments/<script> with `args`, in this process (conftest.run_inprocess), or as a process of its own."""
+    if process:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        result = subprocess.run([sys.executable, str(ROOT / "experiments" / script), *args], capture_output=True,
+                                text=True, timeout=300, cwd=ROOT, env=env)
+    else:
+        result = run_inprocess(f"experiments/{script}", args)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def test_smoke_run_writes_metrics_and_summary(tmp_path):
-    _app("run.py", "experiment=smoke", f"hydra.run.dir={tmp_path}")
+    _app("run.py", "experiment=smoke", f"hydra.run.dir={tmp_path}", process=True)  # as a process of its own
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     prompts = [r for r in rows if r["kind"] == "prompt"]
     passes = [r for r in rows if r["kind"] == "pass"]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_inprocess
 
 from treespec.app.demo import IncrementalDecoder
 from treespec.models import DEFAULT_TARGET, load_tokenizer
@@ -15,10 +16,16 @@ ROOT = Path(__file__).parents[2]
 TINY = ["model=tiny", "hardware=none"]
 
 
-def run_cli(*args, timeout=300, env=None):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "treespec.generate", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+def run_cli(*args, env=None, stdin=""):
+    """`python -m treespec.generate <args>`, run in this process (conftest.run_inprocess); one test below runs it
+    as a real process, with a pipe for standard input."""
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        return run_inprocess("treespec.generate", args, module=True, stdin=stdin)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def report(stdout: str) -> dict[str, str]:
@@ -95,6 +102,7 @@ def test_any_prompt_text_is_accepted(text):
 
 
 def test_prompt_from_standard_input_and_from_a_text_file(tmp_path):
+    """As a real process: `python -m treespec.generate prompt=-` reads the prompt from a pipe."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     piped = subprocess.run([sys.executable, "-m", "treespec.generate", *TINY, "tree=chain", "max_new_tokens=4",
                             "prompt=-"], input="Hello, world: [1, 2]\n", capture_output=True, text=True, timeout=300,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import run_inprocess, tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from treespec.errors import ConfigError
@@ -111,18 +111,22 @@ def tiny_target_dir(tmp_path_factory):
     return path
 
 
-def _train_draft(run_dir, target_dir, *overrides):
-    args = [sys.executable, str(ROOT / "experiments/train_draft.py"), f"hydra.run.dir={run_dir}", f"target={target_dir}",
-            "pool.size=6", "generate.max_new_tokens=6", "generate.batch_size=3", "generate.shard_prompts=3",
-            "vocab.size=300", "draft.init_layers=[0]", "draft.embed_rank=8", "train.tokens_per_batch=512",
-            "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1", "threads=1", *overrides]
+def _train_draft(run_dir, target_dir, *overrides, process=False):
+    """experiments/train_draft.py on a tiny target, in this process (conftest.run_inprocess) or as its own."""
+    args = [f"hydra.run.dir={run_dir}", f"target={target_dir}", "pool.size=6", "generate.max_new_tokens=6",
+            "generate.batch_size=3", "generate.shard_prompts=3", "vocab.size=300", "draft.init_layers=[0]",
+            "draft.embed_rank=8", "train.tokens_per_batch=512", "train.eval_every=2", "train.checkpoint_every=2",
+            "train.warmup_steps=1", "threads=1", *overrides]
+    if not process:
+        return run_inprocess("experiments/train_draft.py", args)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)  # this checkout's treespec
+    return subprocess.run([sys.executable, str(ROOT / "experiments/train_draft.py"), *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env)  # this checkout's treespec
 
 
 def test_train_draft_smoke_run_and_resume(tmp_path, tiny_target_dir):
     run = tmp_path / "run"
-    first = _train_draft(run, tiny_target_dir, "train.max_steps=3")
+    first = _train_draft(run, tiny_target_dir, "train.max_steps=3", process=True)  # as a process of its own
     assert first.returncode == 0, first.stderr[-3000:]
     assert len((run / "prompts.jsonl").read_text().splitlines()) == 6
     manifest = json.loads((run / "corpus" / "manifest.json").read_text())  # a path target: the corpus is the run's own
