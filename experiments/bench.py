@@ -6,9 +6,11 @@
     python experiments/bench.py batch_size=4 methods=[hf_generate,autoregressive,sequoia]
 
 Methods: transformers `generate` with the target alone (hf_generate), transformers assisted generation
-(hf_assisted, its default settings) with the pair's causal-LM draft (`model.assistant`, default the draft), and
-treespec's engine with each tree in `trees` (autoregressive, chain, k-ary, Sequoia: the hardware-aware tree,
-dynamic, adaptive). `method_drafts` gives a method another draft than the pair's. For each prompt group and
+(hf_assisted, its default settings) with the pair's causal-LM draft (`model.assistant`, default the draft),
+llama.cpp on the GGUF the target is made from, plain (llama_cpp) and with its prompt-lookup drafting
+(llama_cpp_lookup; both need `make baselines`, and are left out with one line without it), and treespec's engine
+with each tree in `trees` (autoregressive, chain, k-ary, Sequoia: the hardware-aware tree, dynamic, adaptive).
+`method_drafts` gives a method another draft than the pair's. For each prompt group and
 sampling mode every method runs once, in a rotating order (treespec.eval.bench); greedy outputs are checked
 against hf_generate's (or treespec's autoregressive loop's). batch_size=B > 1: prompts are taken B at a time and
 every method decodes a group as one batch (trees planned with B's costs; hf_generate left-padded; hf_assisted,
@@ -40,10 +42,14 @@ from treespec.app.configs import (
 )
 from treespec.app.session import open_session
 from treespec.errors import ConfigError
-from treespec.eval.bench import PassCounter, hf_method, run_bench, treespec_method
+from treespec.eval import llama_cpp
+from treespec.eval.bench import PassCounter, hf_method, llama_cpp_method, run_bench, treespec_method
 from treespec.eval.reporting import bench_table, write_table
+from treespec.models.loading import gguf_file
 
 HF_METHODS = ("hf_generate", "hf_assisted")
+LLAMA_CPP_METHODS = ("llama_cpp", "llama_cpp_lookup")  # the same GGUF through llama.cpp (make baselines)
+LOOKUP_TOKENS = 10  # llama_cpp_lookup: tokens drafted per pass by prompt lookup
 
 
 @dataclass
@@ -66,9 +72,15 @@ def run(cfg: DictConfig) -> list[dict]:
     model, hardware = cli.to_spec(ModelSpec, cfg.model), cli.to_spec(HardwareSpec, cfg.hardware)
     samplings = {s.name: sampling_config(s) for s in (cli.to_spec(SamplingSpec, s) for s in cfg.samplings)}
     methods, size = list(cfg.methods), int(cfg.batch_size)
-    unknown = [m for m in methods if m not in HF_METHODS and m not in cfg.trees]
+    unknown = [m for m in methods if m not in HF_METHODS + LLAMA_CPP_METHODS and m not in cfg.trees]
     if unknown:
-        raise ConfigError(f"methods {unknown} are neither {HF_METHODS} nor keys of trees")
+        raise ConfigError(f"methods {unknown} are neither {HF_METHODS + LLAMA_CPP_METHODS} nor keys of trees")
+    llama = [m for m in methods if m in LLAMA_CPP_METHODS]
+    gguf = gguf_file(cfg.target) if llama else None
+    reason = llama_cpp.available() if llama else None
+    if llama and (reason or gguf is None):
+        methods = [m for m in methods if m not in LLAMA_CPP_METHODS]
+        print(f"{', '.join(llama)} left out: " + (reason or f"{cfg.target} is not a built-in GGUF model"), flush=True)
     if size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {size}")
     if size > 1 and "hf_assisted" in methods:
@@ -76,7 +88,7 @@ def run(cfg: DictConfig) -> list[dict]:
         print(f"batch size {size}: hf_assisted left out (transformers' assisted generation takes one prompt at a time)")
     if not methods:
         raise ConfigError("no method left to run (hf_assisted takes one prompt at a time)")
-    trees = {m: cli.to_spec(TreeSpec, cfg.trees[m]) for m in methods if m not in HF_METHODS}
+    trees = {m: cli.to_spec(TreeSpec, cfg.trees[m]) for m in methods if m not in HF_METHODS + LLAMA_CPP_METHODS}
     if size == 1:
         for tree in trees.values():
             check_hardware(tree, hardware)
@@ -93,9 +105,13 @@ def run(cfg: DictConfig) -> list[dict]:
     choices = {(name, m): session.policy(tree, sampling, size) for name, sampling in samplings.items()
                for m, tree in trees.items()}
     decoders = {}
+    llms = {m: llama_cpp.LlamaCpp(gguf, torch.get_num_threads(), lookup=LOOKUP_TOKENS if m == "llama_cpp_lookup" else 0)
+            for m in methods if m in LLAMA_CPP_METHODS}
     for name in samplings:
         for method in methods:
-            if method in HF_METHODS:
+            if method in llms:
+                decoders[name, method] = llama_cpp_method(llms[method], eos)
+            elif method in HF_METHODS:
                 assistant = session.other_draft(model.assistant or cfg.draft) if method == "hf_assisted" else None
                 decoders[name, method] = hf_method(session.target, counter, eos, pad, assistant)
             else:

@@ -15,6 +15,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import treespec.models.attention  # noqa: F401  (registers treespec_sdpa, the default attention)
+from treespec import policies
+from treespec.plan.optimizer import sequoia_tree
 
 # Tiny models gain nothing from intra-op threads, and thread hand-offs dominate their step time.
 torch.set_num_threads(1)
@@ -141,3 +143,29 @@ def run_inprocess(target: str, args, *, module: bool = False, stdin: str = "") -
         torch.set_grad_enabled(grad)
         torch.set_num_threads(threads)
     return Ran(code, out.getvalue(), err.getvalue())
+
+
+# --- shared by the engine tests of several folders ---------------------------------------------------------
+
+PROMPTS = ([3, 17, 5, 9], [42], [7, 7, 7, 1, 2, 30, 11, 4, 60, 2, 13])
+
+
+def all_policies():
+    return {
+        "chain": policies.Chain(4),
+        "kary": policies.KAry([3, 2, 1]),
+        "paths": policies.Paths([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]),
+        "sequoia": policies.Sequoia([0.55, 0.2, 0.1, 0.05], budget=12, max_depth=5),
+        "sequoia_shape": sequoia_tree([0.55, 0.2, 0.1], budget=8),
+        "dynamic": policies.Dynamic(budget=10, depth=5, topk=3),
+    }
+
+
+def reference(target, prompt, max_new_tokens, eos=None):
+    """transformers' own greedy decoding, cut after the first EOS."""
+    out = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
+    if eos is not None and eos in tokens:
+        tokens = tokens[: tokens.index(eos) + 1]
+    return tokens

@@ -14,6 +14,7 @@ import position_agreement
 import profile_latency
 import pytest
 import run
+import target_agreement
 import yaml
 from conftest import run_inprocess
 from hydra import compose, initialize_config_dir
@@ -31,7 +32,8 @@ SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
            "profile_latency_schema": profile_latency.ProfileLatencySchema,
            "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema,
            "batch_sweep_schema": batch_sweep.BatchSweepSchema,
-           "position_agreement_schema": position_agreement.PositionAgreementSchema}
+           "position_agreement_schema": position_agreement.PositionAgreementSchema,
+           "target_agreement_schema": target_agreement.TargetAgreementSchema}
 
 
 def _compose(name, overrides=()):
@@ -49,7 +51,7 @@ def test_every_experiment_config_composes(experiment):
 @pytest.mark.parametrize("name, overrides", [("run", []), ("bench", []), ("generate", []), ("measure_acceptance", []),
                                              ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"]),
                                              ("batch_sweep", []), ("bench_plan", []),
-                                             ("position_agreement", [])])
+                                             ("position_agreement", []), ("target_agreement", [])])
 def test_every_app_config_composes(name, overrides):
     cfg = _compose(name, overrides)
     assert cfg.model.target if "model" in cfg else cfg.acceptance_file
@@ -166,8 +168,9 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
 
 def test_bench_on_tiny_models(tmp_path):
     result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=2", "max_new_tokens=8",
-                  "methods=[hf_generate,hf_assisted,autoregressive,chain,kary,dynamic]", "threads=1",
+                  "methods=[hf_generate,hf_assisted,llama_cpp,autoregressive,chain,kary,dynamic]", "threads=1",
                   f"hydra.run.dir={tmp_path}")
+    assert "llama_cpp left out: " in result.stdout  # the tiny models have no GGUF file for llama.cpp
     table = json.loads((tmp_path / "bench.json").read_text())["table"]
     assert {(r["sampling"], r["method"]) for r in table} == {
         (s, m) for s in ("greedy", "t0.7") for m in ("hf_generate", "hf_assisted", "autoregressive", "chain", "kary",
@@ -275,3 +278,16 @@ def test_batch_sweep_on_tiny_models(tmp_path):
     csv_rows = (tmp_path / "out" / "batch_sweep.csv").read_text().splitlines()
     assert len(csv_rows) == 1 + 12 and (tmp_path / "out" / "plans.csv").is_file()
     assert "the tree planned per batch size" in result.stdout and "crossover" in result.stdout
+
+
+def test_target_agreement_needs_a_target_on_a_4_bit_grid(tmp_path):
+    result = run_inprocess("experiments/target_agreement.py", ["model=tiny", "data=pool", "data.limit=1",
+                                                               "max_new_tokens=4", f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 2 and "no linear layer of the target lies on a 4-bit grid" in result.stderr
+
+
+@pytest.mark.real_models
+def test_target_agreement_of_the_default_target(tmp_path):
+    _app("target_agreement.py", "data.limit=1", "max_new_tokens=12", "threads=1", f"hydra.run.dir={tmp_path}")
+    report = yaml.safe_load((tmp_path / "agreement.yaml").read_text())
+    assert report["settings"]["positions"] == 12 and 0.8 <= report["top1_agreement"]["fp32 vs int4"] <= 1.0

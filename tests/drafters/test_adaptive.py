@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import ARCHS, tiny_model
-from test_engine import PROMPTS, reference
+from conftest import ARCHS, PROMPTS, reference, tiny_model
 
 import treespec
 from treespec import policies

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import ARCHS, OneRow, tiny_model
-from test_engine import PROMPTS, all_policies, reference
+from conftest import ARCHS, PROMPTS, OneRow, all_policies, reference, tiny_model
 
 import treespec
 from treespec import policies

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import OneRow, tiny_model
-from test_engine import reference
+from conftest import OneRow, reference, tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import treespec

@@ -1,22 +1,30 @@
-"""4-bit draft weights (treespec.quantize): the pure quantizer, the int4 layer against its dequantized weight, the
+"""4-bit weights (treespec.models.quantize): the pure quantizer, the int4 layer against its dequantized weight, the
 vocabulary-subset head, and losslessness: greedy parity with the target alone and the first tokens' law under
-sampling, whatever the draft's rounding."""
+sampling, whatever the draft's rounding; a target's 4-bit-grid layers held as codes, as the same model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import OneRow, tiny_model
-from test_engine import PROMPTS, all_policies, reference
+from conftest import PROMPTS, OneRow, all_policies, reference, tiny_model
 
 import treespec
 from treespec import policies
-from treespec.app.configs import LoadedPair, with_draft_weights
+from treespec.app.configs import LoadedPair, with_draft_weights, with_target_weights
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import CausalLMDrafter
 from treespec.errors import ConfigError
 from treespec.eval import certify
-from treespec.models.quantize import GROUP, Int4Linear, dequantize_int4, int4_available, quantize_draft_weights, quantize_int4
+from treespec.models.quantize import (
+    GROUP,
+    Int4Linear,
+    dequantize_int4,
+    int4_available,
+    on_int4_grid,
+    quantize_draft_weights,
+    quantize_int4,
+    quantize_target_weights,
+)
 from treespec.plan import hardware
 
 pytestmark = pytest.mark.skipif(not int4_available(), reason="this torch build has no CPU int4 kernel")
@@ -158,3 +166,47 @@ def test_only_the_head_keeps_its_codes():
     assert inner.codes is None and inner.packed.numel() > 0
     with pytest.raises(ConfigError, match="keep_codes"):
         inner.rows(torch.tensor([0, 1]))
+
+
+# --- a target's 4-bit weights: held as they are, never rounded ---------------------------------------------
+
+
+def snapped(model):
+    """`model` with every linear weight moved onto a 4-bit grid (as a Q4 GGUF's weights are when loaded)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.weight.shape[1] % GROUP == 0:
+                module.weight.copy_(dequantize_int4(*quantize_int4(module.weight)))
+    return model
+
+
+def test_only_weights_on_a_4_bit_grid_are_held_in_4_bits():
+    assert not on_int4_grid(torch.randn(16, 64))
+    assert on_int4_grid(dequantize_int4(*quantize_int4(torch.randn(16, 64))))
+    target = snapped(tiny_model("llama", seed=0))
+    with torch.no_grad():
+        target.model.layers[0].mlp.down_proj.weight[0, 5] += 1e-3 * target.model.layers[0].mlp.down_proj.weight.std()
+        # one weight off the grid: the layer is kept as it is
+    quantize_target_weights(target, "int4")
+    layer = target.model.layers[0]
+    assert isinstance(layer.self_attn.q_proj, Int4Linear) and isinstance(layer.mlp.down_proj, torch.nn.Linear)
+    with pytest.raises(ConfigError, match="no linear layer of the target lies on a 4-bit grid"):
+        quantize_target_weights(tiny_model("llama", seed=0), "int4")
+    assert quantize_target_weights(target, None) is target
+
+
+def test_a_4_bit_target_is_its_snapped_model_up_to_rounding_and_decodes_as_itself():
+    fp32 = snapped(tiny_model("llama", seed=0))
+    target = quantize_target_weights(snapped(tiny_model("llama", seed=0)), "int4")
+    draft = quantize_target_weights(snapped(tiny_model("llama", seed=1, layers=1)), "int4")
+    ids = torch.tensor([PROMPTS[2]])
+    with torch.no_grad():
+        torch.testing.assert_close(target(ids).logits, fp32(ids).logits, atol=0.5, rtol=0.02)  # bf16 products
+    for prompt in PROMPTS:  # the quantized target is the model: greedy parity with its own transformers decoding
+        expected = reference(target, prompt, 16)
+        for name, tree in all_policies().items():
+            assert treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=16).tokens == expected, name
+    rows = treespec.generate_batch(target, draft, list(PROMPTS), tree=policies.Dynamic(8, 4, 3), max_new_tokens=16)
+    assert [r.tokens for r in rows] == [reference(target, p, 16) for p in PROMPTS]
+    pair = with_target_weights(LoadedPair(snapped(tiny_model("llama", seed=0)), None, None), "int4")
+    assert isinstance(pair.target.model.layers[1].mlp.gate_proj, Int4Linear)

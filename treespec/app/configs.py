@@ -54,6 +54,7 @@ class ModelSpec:
     acceptance_source: str = ""  # how the vectors were measured
     draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens
     draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (models.quantize)
+    target_weights: Optional[str] = None  # "int4": the target's 4-bit-grid layers (a Q4 GGUF's) held as 4-bit codes
 
 
 @dataclass
@@ -277,6 +278,17 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     if isinstance(pair.draft, EagleDraftModel):
         raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
+
+
+def with_target_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
+    """The pair with the target's linear layers that lie on a 4-bit grid held in `scheme` ("int4",
+    treespec.models.quantize.quantize_target_weights: the same model, a quarter of the bytes; in place); None: as
+    is."""
+    if scheme is None:
+        return pair
+    from treespec.models.quantize import quantize_target_weights
+
+    return replace(pair, target=quantize_target_weights(pair.target, scheme))
 
 
 def with_draft_precision(pair: LoadedPair, precision: Optional[str], layout: str = "standard") -> LoadedPair:

@@ -32,6 +32,7 @@ from treespec.app.configs import (
     with_draft_precision,
     with_draft_vocab,
     with_draft_weights,
+    with_target_weights,
 )
 from treespec.decode.sampling import SamplingConfig
 from treespec.errors import ConfigError
@@ -147,6 +148,7 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     names = {"target": target, "draft": draft}
     pair = load_pair(target, draft, device=resolve_device(runtime.device), dtype=runtime.dtype,
                      attn_implementation=model.attn_implementation, layout=runtime.layout)
+    pair = with_target_weights(pair, model.target_weights)
     pair = with_draft_weights(pair, model.draft_weights if draft else None)
     pair = with_draft_vocab(pair, model.draft_vocab if draft else None)
     pair = with_draft_precision(pair, draft_precision, runtime.layout if runtime.layout != "auto" else "standard")

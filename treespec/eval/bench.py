@@ -92,6 +92,21 @@ def treespec_method(target, draft, policy, counter: PassCounter, eos: int | None
     return run
 
 
+def llama_cpp_method(llm, eos: int | None) -> Method:
+    """llama.cpp (treespec.eval.llama_cpp.LlamaCpp) as a bench method: one prompt after another (row b draws from
+    seed + b); passes are its forward calls."""
+
+    def run(group, sampling, seed, max_new_tokens) -> Run:
+        outputs, passes = [], 0
+        for b, ids in enumerate(group):
+            tokens, calls = llm.generate(ids, sampling, max_new_tokens, eos, seed + b)
+            outputs.append(tokens)
+            passes += calls
+        return Run(outputs, passes, passes)
+
+    return run
+
+
 def run_bench(methods: dict[tuple[str, str], Method], groups: Sequence[Sequence[tuple[Any, list[int]]]],
               samplings: dict[str, SamplingConfig], *, seed: int, max_new_tokens: int, reference: str,
               info: Callable[[str, str], dict] = lambda sampling, method: {},

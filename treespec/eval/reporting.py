@@ -67,7 +67,8 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
     tokens/s = total tokens / total seconds; speedup = that over the baseline's in the same sampling mode;
     median_speedup = median over prompts of the per-prompt tokens/s ratio to the baseline; vs_autoregressive =
     tokens/s over treespec's own autoregressive method (when run), vs_assisted over transformers' assisted
-    generation (hf_assisted, when run), next to the planner's predicted_speedup
+    generation (hf_assisted, when run), vs_llama_cpp over llama.cpp's plain decoding of the same GGUF (llama_cpp,
+    when run), next to the planner's predicted_speedup
     (rows may carry it), which is relative to that same autoregressive loop."""
     import statistics
 
@@ -98,6 +99,8 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
         row["vs_autoregressive"] = row["tokens_per_second"] / ar_rows[0]["tokens_per_second"] if ar_rows else None
         assisted = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == "hf_assisted"]
         row["vs_assisted"] = row["tokens_per_second"] / assisted[0]["tokens_per_second"] if assisted else None
+        llama = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == "llama_cpp"]
+        row["vs_llama_cpp"] = row["tokens_per_second"] / llama[0]["tokens_per_second"] if llama else None
         predicted = [r["predicted_speedup"] for r in groups[row["sampling"], row["method"]] if r.get("predicted_speedup")]
         row["predicted_speedup"] = predicted[0] if predicted else None
     return table
@@ -105,14 +108,15 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
 
 def format_table(table: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table of `bench_table` rows."""
-    header = ("sampling", "method", "tokens/s", "speedup", "median", "vs assisted", "tok/pass", "predicted", "vs AR",
-              "pred. vs AR", "parity")
+    header = ("sampling", "method", "tokens/s", "speedup", "median", "vs assisted", "vs llama.cpp", "tok/pass",
+              "predicted", "vs AR", "pred. vs AR", "parity")
     lines = [header]
     for r in table:
         def num(value, digits=2, suffix=""):
             return "-" if value is None else f"{value:.{digits}f}{suffix}"
         lines.append((r["sampling"], r["method"], num(r["tokens_per_second"]), num(r["speedup"], 2, "x"),
-                      num(r["median_speedup"], 2, "x"), num(r.get("vs_assisted"), 2, "x"), num(r["tokens_per_pass"]),
+                      num(r["median_speedup"], 2, "x"), num(r.get("vs_assisted"), 2, "x"),
+                      num(r.get("vs_llama_cpp"), 2, "x"), num(r["tokens_per_pass"]),
                       num(r["predicted_tokens_per_pass"]),
                       num(r.get("vs_autoregressive"), 2, "x"), num(r.get("predicted_speedup"), 2, "x"),
                       "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%"))

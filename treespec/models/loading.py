@@ -156,6 +156,16 @@ def parted_model_dir(name: str) -> Path:
     return cached_directory(f"{spec.name}-{spec.sha256[:16]}", functools.partial(build_from_gguf, path))
 
 
+def gguf_file(name: str) -> Path | None:
+    """The GGUF file a built-in model is made from (the default target's, or a parted one assembled into the
+    cache), or None for any other model: for running the same weights through another engine (llama.cpp)."""
+    if name == DEFAULT_TARGET:
+        return default_target_gguf()
+    if name in PARTED_NAMES:
+        return gguf.assemble(gguf.PARTED[name], cache_root())
+    return None
+
+
 def default_target_dir() -> Path:
     """A verified local directory holding the dequantized default target (built on first use, ~20 s)."""
     gguf = default_target_gguf()

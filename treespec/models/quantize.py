@@ -1,4 +1,4 @@
-"""4-bit weights for a causal-LM draft: `quantize_draft_weights(model, "int4")`.
+"""4-bit weights: a draft's, rounded (`quantize_draft_weights`), and a target's, kept (`quantize_target_weights`).
 
 A draft only proposes tokens: the target verifies each one against its own distribution, and the sampling modes
 use the q the draft actually produced, so a draft with rounded weights changes acceptance, never the output
@@ -13,6 +13,10 @@ codes 0..15, asymmetric min/max rounding: w ~= (code - 8) * scale + zero. A Q4_K
 of 32 give its values back up to the bf16 rounding of scale and zero. Multiplication runs in bf16 through torch's
 CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the output size to be a multiple of
 16; scales and zero points are held in bf16.
+
+A target's weights cannot be rounded: its outputs are what treespec keeps. But a target loaded from a 4-bit GGUF
+(the default target is a Q4_1 GGUF, dequantized when loaded) already lies on such a grid: `quantize_target_weights`
+holds exactly those layers as 4-bit codes (a quarter of bf16's bytes per pass) and leaves the others as they are.
 """
 
 from __future__ import annotations
@@ -155,25 +159,69 @@ def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
 
 
 def int4_available(device: torch.device | str = "cpu") -> bool:
-    """Whether `quantize_draft_weights` can run on `device`: a CPU with torch's int4 kernel."""
+    """Whether 4-bit weights can run on `device`: a CPU with torch's int4 kernel."""
     return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+
+
+def on_int4_grid(weight: torch.Tensor, group: int = GROUP) -> bool:
+    """Whether weight [O, I] already lies on a 4-bit grid of `group` consecutive input weights with a scale and a
+    minimum each (w = code * scale + min, codes 0..15 with 0 and 15 used, as a Q4_1 GGUF's min/max blocks are):
+    then `quantize_int4` gives its values back up to float rounding, and 4-bit codes hold it exactly."""
+    rows, cols = weight.shape
+    if cols % group:
+        return False
+    codes, scale_zero = quantize_int4(weight, group)
+    grouped = weight.detach().float().reshape(rows, cols // group, group)
+    span = (grouped.amax(-1) - grouped.amin(-1)).clamp_min(1e-30)  # [O, I / group]
+    error = (dequantize_int4(codes, scale_zero) - weight.float()).abs().reshape(rows, cols // group, group).amax(-1)
+    return bool((error <= 1e-5 * span).all())
+
+
+def _check(scheme: str | None, model: torch.nn.Module, role: str) -> bool:
+    if scheme is None:
+        return False
+    if scheme not in SCHEMES:
+        raise ConfigError(f"unknown {role} weight scheme {scheme!r}; choose one of {SCHEMES}")
+    device = next(model.parameters()).device
+    if not int4_available(device):
+        raise ConfigError(f"int4 {role} weights run on CPUs only (torch's CPU int4 kernel); the {role} is on {device}")
+    set_linear_layout(model, "standard")  # the plain weights, whatever copies a layout held
+    return True
+
+
+def _replace(model: torch.nn.Module, make) -> int:
+    """Replace each nn.Linear `child` of `model` by make(child) where that is not None; how many were replaced."""
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                new = make(child)
+                if new is not None:
+                    setattr(parent, name, new)
+                    replaced += 1
+    return replaced
 
 
 def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
     """Replace every nn.Linear of `model` (the LM head included, which alone keeps its codes for vocabulary subsets)
-    by its `scheme` form, in place; None: as is. For drafts only: a target with rounded weights would no longer be
-    the model whose outputs treespec keeps."""
-    if scheme is None:
-        return model
-    if scheme not in SCHEMES:
-        raise ConfigError(f"unknown draft weight scheme {scheme!r}; choose one of {SCHEMES}")
-    device = next(model.parameters()).device
-    if not int4_available(device):
-        raise ConfigError(f"int4 draft weights run on CPUs only (torch's CPU int4 kernel); the draft is on {device}")
-    set_linear_layout(model, "standard")  # the plain weights, whatever copies a layout held
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(parent, name, Int4Linear.from_linear(child, group, keep_codes=child is head))
+    by its `scheme` form, in place, rounding the weights; None: as is. For drafts, whose weights only change what
+    they propose: a target must keep its weights (`quantize_target_weights`)."""
+    if _check(scheme, model, "draft"):
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        _replace(model, lambda child: Int4Linear.from_linear(child, group, keep_codes=child is head))
+    return model
+
+
+def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
+    """Hold the linear layers of a target whose weights lie on a 4-bit grid (`on_int4_grid`: a Q4_0 / Q4_1 / Q4_K
+    GGUF's quantized tensors, dequantized when loaded) as 4-bit codes, in place; every other layer (a Q6_K or Q8_0
+    tensor, such as the default target's embedding-tied LM head) stays as it is. The model is then the same
+    function of its inputs up to float rounding (the scales and minimums are held in bf16 and the products run in
+    bf16: this quantized target is the model whose outputs treespec keeps). None: as is. ConfigError when no layer
+    lies on such a grid (4-bit codes would round the weights of another model)."""
+    if _check(scheme, model, "target"):
+        if not _replace(model, lambda child: Int4Linear.from_linear(child, group) if on_int4_grid(child.weight, group)
+                        else None):
+            raise ConfigError("no linear layer of the target lies on a 4-bit grid: int4 target weights hold a model "
+                              "quantized to 4 bits (a Q4 GGUF) as it is, and would round another one's")
     return model

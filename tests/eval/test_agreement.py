@@ -1,0 +1,33 @@
+"""Teacher-forced top-1 agreement between two versions of a model, and llama.cpp's part in it when installed."""
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from treespec.eval import llama_cpp
+from treespec.eval.agreement import agreement, top1_predictions
+from treespec.models.loading import DEFAULT_TARGET, gguf_file
+
+
+def test_a_model_agrees_with_itself_and_its_predictions_are_the_argmax():
+    model, other = tiny_model("llama", seed=0), tiny_model("llama", seed=4)
+    sequences, starts = [[3, 17, 5, 9, 20, 4], [1, 2, 3, 4]], [2, 1]
+    same = top1_predictions(model, sequences, starts)
+    assert [len(p) for p in same] == [4, 3] and agreement(same, same) == 1.0
+    with torch.no_grad():
+        logits = model(torch.tensor([sequences[0]])).logits[0]
+    assert same[0].tolist() == logits[1:5].argmax(-1).tolist()
+    assert agreement(same, top1_predictions(other, sequences, starts)) < 1.0
+
+
+def test_the_default_targets_gguf_is_found_and_other_models_have_none():
+    assert gguf_file("tiny-random-llama") is None
+    assert gguf_file(DEFAULT_TARGET).suffix == ".gguf"
+
+
+def test_without_llama_cpp_python_the_reason_is_one_line(monkeypatch):
+    monkeypatch.setattr(llama_cpp.importlib.util, "find_spec", lambda name: None)
+    reason = llama_cpp.available()
+    assert "make baselines" in reason and "\n" not in reason
+    with pytest.raises(FileNotFoundError, match="make baselines"):
+        llama_cpp.LlamaCpp("x.gguf", 1)
