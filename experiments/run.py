@@ -39,6 +39,7 @@ from treespec.app.configs import (
     TreeSpec,
     check_hardware,
     load_data,
+    needs_draft_model,
     sampling_config,
 )
 from treespec.app.session import open_session
@@ -69,7 +70,7 @@ def run(cfg: DictConfig) -> dict:
     if size == 1:  # at B > 1 the profile is checked where it is resolved
         check_hardware(tree, hardware)
     session = open_session(cli.to_spec(ModelSpec, cfg.model), cli.runtime(cfg), hardware, target=cfg.target,
-                           draft=cfg.draft, with_draft=tree.policy != "autoregressive", sampling=sampling,
+                           draft=cfg.draft, with_draft=needs_draft_model(tree), sampling=sampling,
                            progress=cli.progress_bar())
     choice = session.policy(tree, sampling, size)
     info = choice.info

@@ -1,6 +1,6 @@
 """The public decoding functions: `generate` (one prompt), `generate_batch` (B prompts), `autoregressive`.
 
-Each checks the request, builds the drafter a draft model needs (treespec.drafters.make_drafter) and runs the one
+Each checks the request, builds the drafter the tree policy needs (treespec.drafters.drafter_for) and runs the one
 engine (treespec.decode.engine) over the prompts' rows: `generate` is `generate_batch` of one prompt, with a
 streamer. Random streams: `seed=s` gives row b a generator seeded with s + b (or seed[b] from a sequence), drawn
 from in the order a one-row run draws, so `generate_batch(..., seed=s)[b]` is distributed as (and, greedy, equal
@@ -17,8 +17,8 @@ from transformers import PreTrainedModel
 
 from treespec.decode.engine import Generation, StepStats, TreePolicy, decode
 from treespec.decode.sampling import SamplingConfig
-from treespec.drafters import make_drafter
-from treespec.drafters.policies import as_policy, needs_draft
+from treespec.drafters import drafter_for
+from treespec.drafters.policies import as_policy, policy_sources
 from treespec.errors import ConfigError
 from treespec.models.loading import check_pair
 
@@ -80,8 +80,8 @@ def generators(seed, rows: int, device: torch.device) -> list[torch.Generator]:
 
 
 def check_request(target: PreTrainedModel, draft: PreTrainedModel | None, policy: TreePolicy,
-                  prompts: Sequence[list[int]], max_new_tokens: int) -> bool:
-    """Check a request before any model work; return whether the policy needs the draft."""
+                  prompts: Sequence[list[int]], max_new_tokens: int) -> None:
+    """Check a request before any model work (a policy drafting from the model needs a draft that fits)."""
     if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
     limit = context_limit(target)
@@ -92,12 +92,10 @@ def check_request(target: PreTrainedModel, draft: PreTrainedModel | None, policy
                               f"target's context of {limit}")
         if max(prompt) >= vocab or min(prompt) < 0:
             raise ConfigError(f"prompt token ids must lie in [0, {vocab})")
-    drafts = needs_draft(policy)
-    if drafts:
+    if "model" in policy_sources(policy):
         if draft is None:
             raise ConfigError(f"the tree policy '{policy.describe()['policy']}' needs a draft model")
         check_pair(target, draft)
-    return drafts
 
 
 @torch.inference_mode()
@@ -130,10 +128,10 @@ def generate_batch(
     if isinstance(prompts, torch.Tensor) or not len(prompts):
         raise ConfigError("prompts must be a non-empty list of token-id lists")
     rows = [prompt_ids(p) for p in prompts]
-    drafts = check_request(target, draft, policy, rows, max_new_tokens)
+    check_request(target, draft, policy, rows, max_new_tokens)
     device = next(target.parameters()).device
     max_length = max(len(p) for p in rows) + max_new_tokens + 1
-    drafter = make_drafter(draft, target, max_length, draft_vocab) if drafts else None
+    drafter = drafter_for(policy, draft, target, max_length, draft_vocab)
     return decode(target, drafter, rows, policy=policy, sampling=sampling, max_new_tokens=max_new_tokens,
                   generators=generators(seed, len(rows), device), eos=eos_ids(target, eos_token_id),
                   on_tokens=on_tokens, max_length=max_length)
@@ -157,7 +155,8 @@ def generate(
     """Speculative decoding with a token tree; the output is distributed exactly as the target's own.
 
     tree: a `TreeShape` (e.g. `treespec.optimizer.sequoia_tree(...)`), a policy from `treespec.policies`
-        (Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive), or None for plain autoregressive decoding.
+        (Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive; NGram, prompt lookup, needs no draft model;
+        Hybrid, model and n-gram branches in one tree), or None for plain autoregressive decoding.
     temperature 0 = greedy; top_p and top_k are applied to target and draft alike.
     eos_token_id: None uses the target's generation config; generation stops after the first EOS.
     streamer: called with the new tokens of every step, as soon as they are accepted.

@@ -17,6 +17,7 @@ import torch
 from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import TreeShape, chain, kary
 from treespec.drafters.policies import CHILDREN_MODES, Adaptive, Dynamic, Static
+from treespec.drafters.sources import Hybrid, NGram
 from treespec.errors import ConfigError, TreespecError
 from treespec.eval.data import Prompt, encode_prompt, load_prompts
 from treespec.models.layouts import set_linear_layout
@@ -26,7 +27,7 @@ from treespec.plan.hardware import Progress, ResolvedHardware, auto_profile, bat
 from treespec.plan.optimizer import expected_tokens, sequoia_tree
 from treespec.plan.planner import plan_tree
 
-POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file")
+POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file", "ngram", "hybrid")
 
 
 @dataclass
@@ -73,6 +74,9 @@ class TreeSpec:
     children: str = "without_replacement"  # static trees under sampling: see treespec.drafters.policies
     acceptance: Optional[Any] = None  # overrides the model's measured vector (or depth x rank matrix)
     file: Optional[str] = None  # policy=file: a tree YAML written by experiments/build_tree.py
+    ngram_budget: int = 12  # ngram / hybrid: nodes of the prompt-lookup trie (hybrid: added to the model's tree)
+    ngram_depth: int = 10  # ngram / hybrid: levels of the prompt-lookup trie, root included
+    max_ngram: int = 4  # ngram / hybrid: the longest suffix looked up
 
 
 @dataclass
@@ -137,6 +141,11 @@ def latency_profile(spec: HardwareSpec) -> Optional[LatencyProfile]:
     return LatencyProfile.from_dict(fields)
 
 
+def needs_draft_model(tree: TreeSpec) -> bool:
+    """Whether a tree drafts from the draft model (autoregressive decoding and prompt lookup need none)."""
+    return tree.policy not in ("autoregressive", "ngram")
+
+
 def needs_hardware(tree: TreeSpec) -> bool:
     """Whether building this tree needs a latency profile (a Sequoia tree with budget or depth left open)."""
     return tree.policy == "sequoia" and (tree.budget is None or tree.max_depth is None)
@@ -176,6 +185,17 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
             raise ConfigError("tree=dynamic needs tree.budget and tree.max_depth")
         info.update(budget=tree.budget, depth=tree.max_depth, topk=tree.topk)
         return PolicyChoice(Dynamic(tree.budget, tree.max_depth, tree.topk), info)
+    if tree.policy == "ngram":
+        policy = NGram(tree.ngram_budget, tree.ngram_depth, tree.max_ngram)
+        info.update(policy.describe())
+        return PolicyChoice(policy, info)
+    if tree.policy == "hybrid":
+        if tree.budget is None or tree.max_depth is None:
+            raise ConfigError("tree=hybrid needs tree.budget and tree.max_depth (its model part: a dynamic tree)")
+        policy = Hybrid(Dynamic(tree.budget, tree.max_depth, tree.topk), tree.ngram_budget, tree.ngram_depth,
+                        tree.max_ngram, costs=costs)
+        info.update({k: v for k, v in policy.describe().items() if k != "model_policy"}, topk=tree.topk)
+        return PolicyChoice(policy, info)
     if tree.policy == "adaptive":
         if tree.max_depth is None:
             raise ConfigError("tree=adaptive needs tree.max_depth (levels incl. the root)")

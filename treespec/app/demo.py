@@ -6,6 +6,8 @@
     python -m treespec.generate prompt_file=prompts.jsonl batch=true  # all prompts as one batch (generate_batch)
     python -m treespec.generate tree=sequoia tree.budget=16 compare=true
     python -m treespec.generate tree=dynamic sampling=t0.7 seed=1
+    python -m treespec.generate draft=ngram prompt_file=edit_me.txt      # prompt lookup: no draft model at all
+    python -m treespec.generate draft=hybrid                            # the draft's tree and prompt lookup in one
     python -m treespec.generate --help
 
 `prompt=` takes the rest of its argument verbatim (it is taken off the command line before Hydra reads it, so
@@ -22,11 +24,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from treespec.api import Generation, generate_batch
 from treespec.app import cli
-from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, SamplingSpec, TreeSpec, check_hardware, sampling_config
+from treespec.app.configs import (
+    HardwareSpec,
+    ModelSpec,
+    RuntimeSpec,
+    SamplingSpec,
+    TreeSpec,
+    check_hardware,
+    needs_draft_model,
+    sampling_config,
+)
 from treespec.app.session import Session, open_session
 from treespec.errors import ConfigError
 from treespec.eval.data import encode_prompt, load_prompts
@@ -47,6 +58,9 @@ class GenerateSchema(RuntimeSpec):
     chat: Optional[bool] = None  # None: apply the chat template when the tokenizer has one
     stream: bool = True
     batch: bool = False  # decode all prompts (prompt_file) as one batch with treespec.generate_batch
+
+
+DRAFTER_NAMES = ("ngram", "hybrid")  # draft=<one of these> picks a drafting method instead of a draft model
 
 
 class IncrementalDecoder:
@@ -113,16 +127,20 @@ def _prompt_texts(cfg: DictConfig) -> list[str]:
 def run(cfg: DictConfig) -> None:
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     tree_spec, hardware_spec = cli.to_spec(TreeSpec, cfg.tree), cli.to_spec(HardwareSpec, cfg.hardware)
+    draft = cfg.draft
+    if draft in DRAFTER_NAMES:  # draft=ngram | hybrid: a drafting method, not a model (tree=<it>, its defaults)
+        tree_spec = cli.to_spec(TreeSpec, OmegaConf.load(cli.CONF_DIR / "tree" / f"{draft}.yaml"))
+        draft = cfg.model.draft
     if not cfg.batch:  # a batch plans with a profile at its batch size, checked where it is resolved
         check_hardware(tree_spec, hardware_spec)
     texts = _prompt_texts(cfg)
-    needs_draft = tree_spec.policy != "autoregressive"
-    if needs_draft and not cfg.draft:
+    needs_draft = needs_draft_model(tree_spec)
+    if needs_draft and not draft:
         raise ConfigError(f"tree={tree_spec.policy} needs a draft model: set draft=<name or dir>")
-    print(f"loading target {cfg.target}" + (f" and draft {cfg.draft}" if needs_draft else "") + " ...",
+    print(f"loading target {cfg.target}" + (f" and draft {draft}" if needs_draft else "") + " ...",
           file=sys.stderr, flush=True)
     session = open_session(cli.to_spec(ModelSpec, cfg.model), cli.runtime(cfg), hardware_spec, target=cfg.target,
-                           draft=cfg.draft, with_draft=needs_draft, sampling=sampling, progress=cli.progress_bar())
+                           draft=draft, with_draft=needs_draft, sampling=sampling, progress=cli.progress_bar())
     prompts = [encode_prompt(session.tokenizer, text, chat=cfg.chat) for text in texts]
     size = len(prompts) if cfg.batch else 1
     choice = session.policy(tree_spec, sampling, size)

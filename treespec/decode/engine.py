@@ -98,6 +98,7 @@ class StepStats:
     target_s: float
     verify_s: float
     commit_s: float
+    accepted_sources: tuple[str, ...] = ()  # what proposed each accepted draft node (trees from several sources)
 
 
 @dataclass(frozen=True)
@@ -269,8 +270,9 @@ class Decoder:
         for b, (tree, result, new) in enumerate(zip(trees, results, news)):
             shape, row = tree.shape, self.live[b]
             ranks = tuple(shape.ranks[n] for n in result.accepted[1:])[: len(new)]  # drafts that reached the output
+            sources = tuple(tree.sources[n] for n in result.accepted[1:])[: len(new)] if tree.sources else ()
             self.steps[row].append(StepStats(shape.size, shape.levels, len(new), ranks, t1 - t0, t2 - t1, t3 - t2,
-                                             t4 - t3))
+                                             t4 - t3, sources))
             if self.on_tokens is not None:
                 self.on_tokens(row, new)
             if b not in keep:

