@@ -11,7 +11,7 @@ import torch
 import treespec.decode.verify
 from treespec.decode.sampling import SamplingConfig, sample, uniform
 from treespec.decode.verify import VerifyResult, _normalise
-from treespec.eval import certify
+from treespec.eval import certify, certify_grid
 from treespec.plan.optimizer import sequoia_tree
 
 V = 6
@@ -225,3 +225,14 @@ def test_a_decoder_plugs_in():
     verdict = certify.run_case(decode, law, 3000)
     assert verdict.passed and verdict.runs == 3000 and len(verdict.position_bias) == 3
     assert Counter(len(s) for s in decode(range(5))) == {3: 5}
+
+
+@pytest.mark.parametrize("name", [c["name"] for c in certify_grid.end_to_end_cases() if c.get("lookup")])
+def test_the_grids_lookup_cases_run_and_pass_at_a_small_scale(name):
+    """`make certify`'s prompt-lookup and hybrid cases, at a fiftieth of their runs (their power is the full run's)."""
+    case = next(c for c in certify_grid.end_to_end_cases() if c["name"] == name)
+    settings = {"seed": 0, "alpha": 1e-3, "scale": 1 / 50, "runs": 14_500, "draws": 0, "greedy_tables": 0,
+                "targets": {"verification": 0.02, "end to end": 0.10}}
+    row = certify_grid.run_grid_case(case, settings, index=7)
+    assert row["passed"] and row["runs"] == 290 and row["impossible"] == 0
+    assert row["events"].get("non-first sibling", 0) > 0, row["events"]

@@ -5,7 +5,8 @@ Verification level: every sampling mode (without / with replacement, determinist
 context-indexed random p and q rows (vocabulary 6), continued to L = 4 tokens; greedy over `greedy_tables` random
 tables (exact). End to end: tiny Llama, Qwen2 and GPT-2 targets (vocabulary 6) with a DP-built irregular static
 tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2), EOS under sampling, an adaptive
-(confidence-stopped) tree, a draft vocabulary subset and batched decoding (a ragged batch); `runs` seeded runs of
+(confidence-stopped) tree, a draft vocabulary subset, batched decoding (a ragged batch), prompt lookup without a
+draft model and hybrid trees (model and lookup branches, on a prompt that repeats itself); `runs` seeded runs of
 the engine each, first L = 4 tokens against the enumerated law, and each case asserts that steps accepted a
 non-first sibling and their full depth and then went on.
 
@@ -22,6 +23,7 @@ import torch
 
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import policies
+from treespec.drafters.sources import Hybrid, NGram
 from treespec.drafters.vocab import vocab_subset
 from treespec.eval import certify
 from treespec.plan.optimizer import sequoia_tree
@@ -30,6 +32,8 @@ VOCAB = 6
 LENGTH = 4
 PROMPT = (1, 4, 2)
 FILLER = (3, 0, 5, 1, 2, 4, 0)  # the longer row of a ragged batch (batched cases)
+LOOKUP_PROMPT = (1, 4, 2, 3, 1, 4, 5, 0, 1, 4)  # "1 4" recurs with two continuations: prompt lookup branches
+LOOKUP_FILLER = (2, 3, 1, 4, 2, 3, 1, 5, 0, 4, 2, 3)
 VERIFY_SHAPE = dict(accept=[0.5, 0.2, 0.1, 0.05], budget=10, max_depth=4)
 E2E_TREE = dict(accept=[0.5, 0.2, 0.1], budget=7, max_depth=3)
 PROCESSING = {"plain": {}, "top-p 0.9": {"top_p": 0.9}, "top-k 3": {"top_k": 3}}
@@ -75,6 +79,13 @@ def end_to_end_cases() -> list[dict]:
          "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
         {"name": "e2e qwen2 batch of 4 + ragged row, adaptive width 2, vocab subset (5 of 6), T=1", "arch": "qwen2",
          "tree": "adaptive", "vocab": 5, "batch": 4, "sampling": {"temperature": 1.0}},
+        # candidates without a distribution: prompt lookup alone (no draft model) and hybrid trees
+        {"name": "e2e llama prompt lookup (ngram), T=1", "arch": "llama", "tree": "ngram", "lookup": True,
+         "sampling": {"temperature": 1.0}},
+        {"name": "e2e qwen2 hybrid (dynamic + lookup), T=0.7 top-p 0.9", "arch": "qwen2", "tree": "hybrid", "lookup": True,
+         "sampling": {"temperature": 0.7, "top_p": 0.9}},
+        {"name": "e2e llama eagle head hybrid, batch of 4 + ragged row, T=1", "arch": "llama", "tree": "hybrid",
+         "eagle": True, "lookup": True, "batch": 4, "sampling": {"temperature": 1.0}},
     ]
     for case in cases:
         case["level"] = "end to end"
@@ -88,6 +99,10 @@ def _tree(name: str):
         return policies.Paths([(0,), (1,), (0, 0), (0, 1), (1, 0)], children="with_replacement")
     if name == "adaptive":
         return policies.Adaptive(max_depth=4, threshold=0.05, width=2)
+    if name == "ngram":
+        return NGram(budget=8, depth=4)
+    if name == "hybrid":
+        return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4)
     return policies.Dynamic(budget=10, depth=3, topk=4)
 
 
@@ -115,16 +130,19 @@ def run_grid_case(case: dict, settings: dict, index: int) -> dict:
         target = certify.tiny_lm(case["arch"], seed=10, vocab=VOCAB)
         draft = certify.eagle_head_for(target, seed=3) if case.get("eagle") else certify.tiny_lm(case["arch"], seed=11,
                                                                                                 vocab=VOCAB)
+        prompt, filler = (LOOKUP_PROMPT, LOOKUP_FILLER) if case.get("lookup") else (PROMPT, FILLER)
+        if case["tree"] == "ngram":
+            draft = None  # prompt lookup drafts without a model
         eos = None
         if case.get("eos"):  # a token emitted first about a quarter of the time
-            first = certify.target_law(target, PROMPT, LENGTH, sampling).level(0)[0]
+            first = certify.target_law(target, prompt, LENGTH, sampling).level(0)[0]
             eos = int(abs(first - 0.25).argmin())
-        law = certify.target_law(target, PROMPT, LENGTH, sampling, eos_token_id=eos)
+        law = certify.target_law(target, prompt, LENGTH, sampling, eos_token_id=eos)
         vocab = None
         if case.get("vocab"):  # the draft proposes from the target's `vocab` likeliest first tokens
             vocab = vocab_subset(torch.as_tensor(law.level(0)[0] * 1e6).round(), case["vocab"])
-        decode = certify.EngineDecoder(target, draft, PROMPT, _tree(case["tree"]), LENGTH, eos_token_id=eos,
-                                       draft_vocab=vocab, batch=case.get("batch", 1), filler=FILLER,
+        decode = certify.EngineDecoder(target, draft, prompt, _tree(case["tree"]), LENGTH, eos_token_id=eos,
+                                       draft_vocab=vocab, batch=case.get("batch", 1), filler=filler,
                                        **case["sampling"])
         verdict = certify.run_case(decode, law, max(1, round(settings["runs"] * scale)), seed=seed * 100_000,
                                    alpha=alpha, eos_token_id=eos)
