@@ -119,3 +119,17 @@ def test_every_subpackage_says_what_it_holds_and_may_import():
         assert doc and len(doc.splitlines()) >= 3, f"{init} needs a docstring saying what it holds"
         if sub not in ("api", "training"):
             assert "import" in doc, f"{init}'s docstring should say what the subpackage may import"
+
+
+def test_the_library_leaves_grad_mode_alone():
+    """Only an entry point's `main` may switch autograd off for the whole process; library code scopes it
+    (`torch.inference_mode`), so that a caller (a training loop, a test) is not left without gradients."""
+    offenders = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name != "main":
+                for call in ast.walk(node):
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                            and call.func.attr == "set_grad_enabled"):
+                        offenders.append(f"{name}.{node.name}")
+    assert not offenders, offenders

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -39,10 +39,18 @@ from treespec.decode.tree import DraftTree, TreeShape
 from treespec.drafters.ngram import Candidates, NGramDrafter
 from treespec.errors import ConfigError
 
-if TYPE_CHECKING:
-    from treespec.plan.costs import StepCosts
-
 SOURCES = ("model", "ngram")
+
+
+class StepPrices(Protocol):
+    """What a hybrid tree prices its choices with, relative to a one-token target pass (treespec.plan.costs.StepCosts
+    at the batch size is one; drafters does not import plan)."""
+
+    overhead: float
+
+    def target_cost(self, nodes: int) -> float: ...
+
+    def draft_cost(self, width: int) -> float: ...
 MAX_RANK = 4  # ranks from this one on share the statistics of the last
 
 
@@ -237,14 +245,15 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
 class Hybrid:
     """The `model` policy's tree (Dynamic, or a static or adaptive one drafting the model's top-k under sampling:
     children="deterministic") and the n-gram trie (`ngram_budget` nodes, `ngram_depth` levels) merged under the
-    plan of the module docstring; `costs` (treespec.plan.costs.StepCosts at the batch size) price its choices."""
+    plan of the module docstring; `costs` (a `StepPrices`, such as treespec.plan.costs.StepCosts at the batch size)
+    price its choices."""
 
     model: object
     ngram_budget: int = 12
     ngram_depth: int = 10
     max_ngram: int = 4
     min_ngram: int = 1
-    costs: StepCosts | None = field(default=None, compare=False)
+    costs: StepPrices | None = field(default=None, compare=False)
     name: str = field(default="hybrid")
     sources: tuple[str, ...] = field(default=("model", "ngram"), init=False)
 

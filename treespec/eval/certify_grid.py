@@ -107,10 +107,18 @@ def _tree(name: str):
 
 
 def run_grid_case(case: dict, settings: dict, index: int) -> dict:
-    """One row of the table (runs in a worker process). `settings`: draws, greedy_tables, runs, alpha, scale, seed
-    and targets, as conf/certify.yaml holds them."""
+    """One row of the table (usually in a worker process; one thread, no autograd, both put back after). `settings`:
+    draws, greedy_tables, runs, alpha, scale, seed and targets, as conf/certify.yaml holds them."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    torch.set_grad_enabled(False)
+    try:
+        with torch.inference_mode():
+            return _grid_case(case, settings, index)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _grid_case(case: dict, settings: dict, index: int) -> dict:
     start = time.perf_counter()
     seed = settings["seed"] * 1000 + index
     alpha, scale = settings["alpha"], settings["scale"]
