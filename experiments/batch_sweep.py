@@ -34,7 +34,7 @@ from treespec.app.configs import (
     DataSpec,
     HardwareSpec,
     ModelSpec,
-    RuntimeSpec,
+    PairSpec,
     SamplingSpec,
     TreeSpec,
     acceptance_for,
@@ -49,8 +49,7 @@ from treespec.plan.planner import format_plans, plan_tree
 
 
 @dataclass
-class BatchSweepSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
+class BatchSweepSchema(PairSpec):
     data: DataSpec = field(default_factory=DataSpec)
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
@@ -59,8 +58,6 @@ class BatchSweepSchema(RuntimeSpec):
     trees: dict[str, TreeSpec] = field(default_factory=dict)  # treespec method name -> its tree (planned per B)
     sizes: Optional[list[int]] = None  # tree sizes timed per B in the profile (None: the device's default)
     max_new_tokens: int = 128
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig) -> dict:

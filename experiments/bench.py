@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -33,7 +32,7 @@ from treespec.app.configs import (
     DataSpec,
     HardwareSpec,
     ModelSpec,
-    RuntimeSpec,
+    PairSpec,
     SamplingSpec,
     TreeSpec,
     check_hardware,
@@ -53,8 +52,7 @@ LOOKUP_TOKENS = 10  # llama_cpp_lookup: tokens drafted per pass by prompt lookup
 
 
 @dataclass
-class BenchSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
+class BenchSchema(PairSpec):
     data: DataSpec = field(default_factory=DataSpec)
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
     methods: list[str] = field(default_factory=lambda: ["hf_generate", "hf_assisted", "autoregressive", "chain",
@@ -64,8 +62,6 @@ class BenchSchema(RuntimeSpec):
     samplings: list[SamplingSpec] = field(default_factory=list)
     max_new_tokens: int = 128
     batch_size: int = 1  # > 1: prompts in groups of B, decoded as one batch by every method
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig) -> list[dict]:

@@ -21,14 +21,13 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from treespec.app import cli
-from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, RuntimeSpec, SamplingSpec, load_data, sampling_config
+from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, PairSpec, SamplingSpec, load_data, sampling_config
 from treespec.app.session import open_session
 from treespec.plan.acceptance import measure_acceptance
 
 
 @dataclass
-class MeasureAcceptanceSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
+class MeasureAcceptanceSchema(PairSpec):
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     data: DataSpec = field(default_factory=DataSpec)
     width: int = 8
@@ -36,8 +35,6 @@ class MeasureAcceptanceSchema(RuntimeSpec):
     children: str = "without_replacement"
     max_new_tokens: int = 128
     draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig):

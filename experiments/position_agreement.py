@@ -24,22 +24,19 @@ from tqdm import tqdm
 
 from treespec.api import autoregressive
 from treespec.app import cli
-from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, RuntimeSpec, load_data
+from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, PairSpec, load_data
 from treespec.app.session import open_session
 from treespec.errors import ConfigError
 from treespec.training.position_agreement import PositionAgreement, position_agreement, teacher_forced_proposals
 
 
 @dataclass
-class PositionAgreementSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
+class PositionAgreementSchema(PairSpec):
     data: DataSpec = field(default_factory=DataSpec)
     width: int = 8
     depth: int = 3
     max_new_tokens: int = 128
     draft_dtype: Optional[str] = None  # the draft's precision if not `dtype`, e.g. float32+bfloat16_head
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig) -> dict:

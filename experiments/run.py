@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -32,9 +31,9 @@ from treespec.api import generate_batch
 from treespec.app import cli
 from treespec.app.configs import (
     DataSpec,
+    DecodeSpec,
     HardwareSpec,
     ModelSpec,
-    RuntimeSpec,
     SamplingSpec,
     TreeSpec,
     check_hardware,
@@ -48,17 +47,11 @@ from treespec.eval.reporting import pass_rows, prompt_row, summarise
 
 
 @dataclass
-class RunSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
-    tree: TreeSpec = field(default_factory=TreeSpec)
-    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+class RunSchema(DecodeSpec):
     data: DataSpec = field(default_factory=DataSpec)
-    hardware: HardwareSpec = field(default_factory=HardwareSpec)
     name: str = "default"  # experiment name: the output directory's middle part
     max_new_tokens: int = 128
     batch_size: int = 1  # > 1: decode the prompts B at a time with treespec.generate_batch
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
 
 
 def run(cfg: DictConfig) -> dict:

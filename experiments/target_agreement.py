@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from treespec.api import autoregressive
 from treespec.app import cli
-from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, RuntimeSpec, load_data, with_target_weights
+from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, PairSpec, load_data, with_target_weights
 from treespec.app.session import open_session
 from treespec.eval import llama_cpp
 from treespec.eval.agreement import agreement, top1_predictions
@@ -29,11 +29,9 @@ from treespec.models.loading import gguf_file
 
 
 @dataclass
-class TargetAgreementSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
+class TargetAgreementSchema(PairSpec):
     data: DataSpec = field(default_factory=DataSpec)
     max_new_tokens: int = 128
-    target: str = "${model.target}"
 
 
 def run(cfg: DictConfig) -> dict:

@@ -17,6 +17,16 @@ def _layers(cache):
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
+
+def prefill_and_tree_pass(model, prefix, tree, tokens):
+    """The engine's cache after a prefill of `prefix` and one flattened pass of `tree` (`tokens` [N])."""
+    cache = new_cache(model, 32)
+    model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
+    flat = flatten(tokens[None], [tree.parents], [tree.depths], [len(prefix)], len(prefix), torch.float32)
+    model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
+          cache=cache, use_cache=True)
+    return cache
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("accepted", [(0,), (0, 2), (0, 1, 4), (0, 2, 6), (0, 2, 5)])
 def test_commit_equals_rebuilt_cache(arch, accepted):
@@ -27,11 +37,7 @@ def test_commit_equals_rebuilt_cache(arch, accepted):
     tree = kary([2, 2])  # nodes: 0 | 1 2 | 3 4 (under 1) 5 6 (under 2)
     tokens = torch.tensor([7, 20, 21, 30, 31, 32, 33])
     with torch.no_grad():
-        cache = new_cache(model, 32)
-        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
-        flat = flatten(tokens[None], [tree.parents], [tree.depths], [len(prefix)], len(prefix), torch.float32)
-        model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
-              cache=cache, use_cache=True)
+        cache = prefill_and_tree_pass(model, prefix, tree, tokens)
         assert commit(cache, [len(prefix)], len(prefix), [accepted]) == [len(prefix) + len(accepted)]
         fresh = new_cache(model, 32)
         kept = prefix + tokens[list(accepted)].tolist()
@@ -55,11 +61,7 @@ def test_commit_keeps_the_gathered_slots_not_the_first_ones():
     prefix, tree = [5, 9, 13, 2], kary([2, 2])
     tokens = torch.tensor([7, 20, 21, 30, 31, 32, 33])
     with torch.no_grad():
-        cache = new_cache(model, 32)
-        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
-        flat = flatten(tokens[None], [tree.parents], [tree.depths], [len(prefix)], len(prefix), torch.float32)
-        model(input_ids=flat.input_ids, position_ids=flat.position_ids, attention_mask=flat.attention_mask,
-              cache=cache, use_cache=True)
+        cache = prefill_and_tree_pass(model, prefix, tree, tokens)
         keys_of_node_6 = [layer.keys[..., len(prefix) + 6, :].clone() for layer in cache.layers]
         commit(cache, [len(prefix)], len(prefix), [(0, 2, 6)])
         for layer, key in zip(cache.layers, keys_of_node_6):

@@ -116,6 +116,26 @@ class HardwareSpec:
     batch_profile: Optional[str] = None  # batch_size > 1: a LatencyProfile YAML with it (auto: measured on demand)
 
 
+@dataclass
+class PairSpec(RuntimeSpec):
+    """The runtime and a pair (conf/model/): the base of every app schema that loads models. `target` and `draft`
+    are the command line's short names for `model.target` and `model.draft`."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    target: str = "${model.target}"
+    draft: Optional[str] = "${model.draft}"
+
+
+@dataclass
+class DecodeSpec(PairSpec):
+    """A pair decoding with one tree under one sampling mode, planned with a hardware profile: the demo's and
+    experiments/run.py's schema base."""
+
+    tree: TreeSpec = field(default_factory=TreeSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+
+
 def sampling_config(spec: SamplingSpec) -> SamplingConfig:
     return SamplingConfig(spec.temperature, spec.top_p, spec.top_k)
 

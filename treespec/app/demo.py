@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,9 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from treespec.api import Generation, generate_batch
 from treespec.app import cli
 from treespec.app.configs import (
+    DecodeSpec,
     HardwareSpec,
     ModelSpec,
-    RuntimeSpec,
     SamplingSpec,
     TreeSpec,
     check_hardware,
@@ -44,13 +44,7 @@ from treespec.eval.data import encode_prompt, load_prompts
 
 
 @dataclass
-class GenerateSchema(RuntimeSpec):
-    model: ModelSpec = field(default_factory=ModelSpec)
-    tree: TreeSpec = field(default_factory=TreeSpec)
-    sampling: SamplingSpec = field(default_factory=SamplingSpec)
-    hardware: HardwareSpec = field(default_factory=HardwareSpec)
-    target: str = "${model.target}"
-    draft: Optional[str] = "${model.draft}"
+class GenerateSchema(DecodeSpec):
     prompt: str = "Explain in three sentences why the sky is blue."
     prompt_file: Optional[str] = None  # a .jsonl file (a "prompt" field per line) or a text file (one prompt)
     max_new_tokens: int = 128
