@@ -27,6 +27,18 @@ from treespec.plan.optimizer import expected_tokens, sequoia_tree
 from treespec.plan.planner import choose_tree_size, plan_tree
 from treespec.tree import TreeShape
 
+
+def load_pair(target=None, draft="default", *, hardware="auto", **options):
+    """The default pair (or `target` / `draft` by built-in name or directory), checked to share a tokenizer and tuned
+    to this machine: the dtype and weight layouts measured fastest here (hardware="auto": measured on first use,
+    then cached), the profile in `.hardware`, its costs in `.costs`, and `.encode(text)` for prompts.
+    hardware="none" keeps the models as loaded. Options: device, dtype, layout, attn_implementation, progress
+    (treespec.app.configs.load_pair)."""
+    from treespec.app.configs import load_pair as load
+
+    return load(target, draft, hardware=hardware, **options)
+
+
 __all__ = [
     "ConfigError",
     "Generation",
@@ -40,6 +52,7 @@ __all__ = [
     "expected_tokens",
     "generate",
     "generate_batch",
+    "load_pair",
     "plan_tree",
     "policies",
     "sequoia_tree",

@@ -4,6 +4,8 @@ inside the repository."""
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -16,6 +18,17 @@ def test_readme_api_example_runs():
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102
     assert namespace["out"].tokens == namespace["base"].tokens
+
+
+@pytest.mark.real_models
+def test_readme_default_pair_example_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    namespace: dict = {}
+    exec(compile(blocks[0].split("target, draft = ")[0] + blocks[1], "README.md", "exec"), namespace)  # noqa: S102
+    pair, out = namespace["pair"], namespace["out"]
+    assert pair.hardware is not None and pair.hardware.name == "auto" and len(out.tokens) == 64
+    assert out.tokens == namespace["treespec"].autoregressive(pair.target, pair.encode("Why is the sky blue?"),
+                                                             max_new_tokens=64).tokens
 
 
 def test_readme_is_short():

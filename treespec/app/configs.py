@@ -291,6 +291,19 @@ class LoadedPair:
     hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
     draft_vocab: Optional[torch.Tensor] = None  # [S] token ids the draft proposes from; set by `with_draft_vocab`
 
+    @property
+    def costs(self):
+        """The measured `StepCosts` at batch size 1 (for `plan_tree`, `policies.Hybrid(costs=...)`), or None without
+        a profile."""
+        profile = self.hardware.profile if self.hardware is not None else None
+        return profile.step_costs(1) if profile is not None else None
+
+    def encode(self, text: str, chat: Optional[bool] = None) -> list[int]:
+        """A prompt's token ids, in the tokenizer's chat template when it has one (chat=None) or when chat=True."""
+        if self.tokenizer is None:
+            raise ConfigError("this pair has no tokenizer")
+        return encode_prompt(self.tokenizer, text, chat=chat)
+
 
 def with_draft_vocab(pair: LoadedPair, size: Optional[int]) -> LoadedPair:
     """The pair with its draft restricted to the `size` most frequent tokens (treespec.eval.draft_vocab); None: as
@@ -344,10 +357,26 @@ def with_draft_precision(pair: LoadedPair, precision: Optional[str], layout: str
     return replace(pair, draft=configure(pair.draft, precision, layout))
 
 
-def load_pair(target: str, draft: Optional[str], *, device: torch.device | str = "cpu", dtype: str = "float32",
-              attn_implementation: str = "treespec_sdpa", layout: str = "standard") -> LoadedPair:
-    """Target, optional draft and the target's tokenizer, checked to fit together. dtype "auto" loads fp32 (the
-    choice is `resolve_hardware`'s); layout "auto" loads the standard layout (likewise)."""
+def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *, hardware: str = "auto",
+              device: torch.device | str = "cpu", dtype: str = "float32", layout: str = "auto",
+              attn_implementation: str = "treespec_sdpa", progress: Optional[Progress] = None) -> LoadedPair:
+    """Target, optional draft and the target's tokenizer, checked to fit together, and by default tuned to this
+    machine. target: a built-in name or a directory (None: the default target); draft: likewise ("default": the
+    default draft, None: no draft).
+
+    hardware="auto" (the default) gives the models in the dtype and weight layout measured fastest on this machine
+    with that profile in `.hardware` (measured on first use, about a minute for the default pair, then cached by the
+    machine's identity; treespec.plan.hardware), so that `pair.costs` plans trees; dtype="auto" lets the profile
+    choose between fp32 and bf16 too. hardware="none": the models as loaded, in `dtype` and `layout` (with "auto"
+    for either, fp32 and the standard layout, left for `resolve_hardware` to choose; a named profile goes through
+    `resolve_hardware` with its `HardwareSpec`)."""
+    from treespec.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    if hardware not in ("auto", "none"):
+        raise ConfigError(f"load_pair takes hardware='auto' or 'none', got {hardware!r} (a named profile: "
+                          "resolve_hardware with its HardwareSpec)")
+    target = target or DEFAULT_TARGET
+    draft = DEFAULT_DRAFT if draft == "default" else draft
     device = resolve_device(str(device)) if isinstance(device, str) else device
     tokenizer = load_tokenizer(target)
     load_dtype = "float32" if dtype == "auto" else dtype
@@ -358,11 +387,15 @@ def load_pair(target: str, draft: Optional[str], *, device: torch.device | str =
             check_tokenizers(target, draft, tokenizer)
         draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
-    if layout != "auto":
-        for model in (target_model, draft_model):
-            if model is not None:
-                set_linear_layout(model, layout)
-    return LoadedPair(target_model, draft_model, tokenizer)
+    pair = LoadedPair(target_model, draft_model, tokenizer)
+    if hardware == "none":  # as loaded (dtype "auto": fp32 and layout "auto": standard, for a later resolve_hardware)
+        if layout != "auto":
+            for model in (target_model, draft_model):
+                if model is not None:
+                    set_linear_layout(model, layout)
+        return pair
+    return resolve_hardware(HardwareSpec(name=hardware), pair, dtype=dtype, layout=layout, progress=progress,
+                            settings={"target": target, "draft": draft})
 
 
 def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "float32", layout: str = "auto",

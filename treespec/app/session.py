@@ -107,7 +107,7 @@ class Session:
         (without a bf16 EAGLE output layer) and layout chosen for the pair's draft."""
         if name == self.names["draft"] and self.pair.draft is not None:
             return self.pair.draft
-        other = load_pair(self.names["target"], name, device=next(self.target.parameters()).device,
+        other = load_pair(self.names["target"], name, hardware="none", device=next(self.target.parameters()).device,
                           attn_implementation=self.model.attn_implementation, layout="standard").draft
         hardware = self.pair.hardware
         if hardware is None:
@@ -146,7 +146,7 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     if with_draft and not draft:
         raise ConfigError("this run needs a draft model: set draft=<name or dir> (or model.draft)")
     names = {"target": target, "draft": draft}
-    pair = load_pair(target, draft, device=resolve_device(runtime.device), dtype=runtime.dtype,
+    pair = load_pair(target, draft, hardware="none", device=resolve_device(runtime.device), dtype=runtime.dtype,
                      attn_implementation=model.attn_implementation, layout=runtime.layout)
     pair = with_target_weights(pair, model.target_weights)
     pair = with_draft_weights(pair, model.draft_weights if draft else None)

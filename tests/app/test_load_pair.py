@@ -1,0 +1,36 @@
+"""treespec.load_pair: a pair tuned to this machine by default, as the command lines get it."""
+
+import pytest
+
+import treespec
+from treespec import policies
+from treespec.errors import ConfigError
+from treespec.models.layouts import linear_layout
+from treespec.plan.costs import StepCosts
+
+TINY = ("tiny-random-llama", "tiny-random-llama-draft")
+
+
+def test_the_pair_is_tuned_to_this_machine_by_default():
+    pair = treespec.load_pair(*TINY)
+    assert pair.hardware is not None and pair.hardware.name == "auto"
+    assert pair.hardware.origin.startswith(("measured now", "cached from"))
+    assert linear_layout(pair.target) == pair.hardware.target_layout
+    assert isinstance(pair.costs, StepCosts) and pair.costs.target_cost(1) == pytest.approx(1.0)
+    prompt = pair.encode("Name three rivers.")
+    assert prompt and all(isinstance(t, int) for t in prompt)
+    tree = policies.Hybrid(policies.Dynamic(budget=6, depth=3, topk=3), costs=pair.costs)
+    out = treespec.generate(pair.target, pair.draft, prompt, tree=tree, max_new_tokens=8)
+    assert out.tokens == treespec.autoregressive(pair.target, prompt, max_new_tokens=8).tokens
+
+
+def test_hardware_none_keeps_the_models_as_loaded():
+    pair = treespec.load_pair(*TINY, hardware="none")
+    assert pair.hardware is None and pair.costs is None
+    assert linear_layout(pair.target) == "standard" and linear_layout(pair.draft) == "standard"
+    assert treespec.load_pair(TINY[0], None, hardware="none").draft is None
+
+
+def test_a_named_profile_is_refused_with_the_way_to_use_it():
+    with pytest.raises(ConfigError, match="resolve_hardware"):
+        treespec.load_pair(*TINY, hardware="xeon")
