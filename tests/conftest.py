@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import runpy
 import sys
 from dataclasses import dataclass
@@ -111,6 +112,12 @@ class Ran:
     returncode: int
     stdout: str
     stderr: str
+
+
+def report(stdout: str) -> dict[str, str]:
+    """The key: value lines after the demo's last report header (`python -m treespec.generate`)."""
+    block = stdout.rsplit("--- treespec report ---", 1)[1]
+    return dict(re.match(r"([^:]+):\s+(.*)", line).groups() for line in block.strip().splitlines())
 
 
 def run_inprocess(target: str, args, *, module: bool = False, stdin: str = "") -> Ran:

@@ -20,6 +20,7 @@ from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import drafter_for
 from treespec.drafters.policies import as_policy, policy_sources
 from treespec.errors import ConfigError
+from treespec.models.layer_skip import LayerSkip
 from treespec.models.loading import check_pair
 
 __all__ = ["Generation", "StepStats", "autoregressive", "generate", "generate_batch"]
@@ -95,7 +96,10 @@ def check_request(target: PreTrainedModel, draft: PreTrainedModel | None, policy
     if "model" in policy_sources(policy):
         if draft is None:
             raise ConfigError(f"the tree policy '{policy.describe()['policy']}' needs a draft model")
-        check_pair(target, draft)
+        if isinstance(draft, LayerSkip):
+            draft.check(target)
+        else:
+            check_pair(target, draft)
 
 
 @torch.inference_mode()
@@ -154,6 +158,8 @@ def generate(
 ) -> Generation:
     """Speculative decoding with a token tree; the output is distributed exactly as the target's own.
 
+    draft: a causal LM sharing the target's tokenizer, an EAGLE-style head, a `LayerSkip` (the target itself with
+        some layers skipped: `treespec.plan.layer_skip.search_layer_skip` chooses them), or None.
     tree: a `TreeShape` (e.g. `treespec.optimizer.sequoia_tree(...)`), a policy from `treespec.policies`
         (Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive; NGram, prompt lookup, needs no draft model;
         Hybrid, model and n-gram branches in one tree), or None for plain autoregressive decoding.

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_inprocess
+from conftest import report, run_inprocess
 
 from treespec.app.demo import IncrementalDecoder
 from treespec.models import DEFAULT_TARGET, load_tokenizer
@@ -28,10 +28,6 @@ def run_cli(*args, env=None, stdin=""):
         os.environ.update(saved)
 
 
-def report(stdout: str) -> dict[str, str]:
-    """The key: value lines after the last report header."""
-    block = stdout.rsplit("--- treespec report ---", 1)[1]
-    return dict(re.match(r"([^:]+):\s+(.*)", line).groups() for line in block.strip().splitlines())
 
 
 def test_greedy_compare_reports_identical_outputs():

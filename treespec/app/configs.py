@@ -333,6 +333,45 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
 
 
+LAYER_SKIP = "layerskip"  # the draft name of self-speculation: the target with some of its layers skipped
+CALIBRATION = {"pool_prompts": 4, "pool_seed": 1, "new_tokens": 96}  # the target's own answers the search reads
+
+
+def layer_skip_calibration(pair: LoadedPair, pool_prompts: int, pool_seed: int,
+                           new_tokens: int) -> tuple[list[list[int]], list[int]]:
+    """(prompt + the target's greedy answer, for `pool_prompts` prompts of the template pool (treespec.eval.prompt_pool,
+    disjoint from MT-Bench and HumanEval); where each answer starts): the text a layer-skip search calibrates on."""
+    from treespec.api import generate_batch
+    from treespec.eval.prompt_pool import build_prompt_pool
+
+    if pair.tokenizer is None:
+        raise ConfigError("the layer-skip search needs the target's tokenizer")
+    prompts = [encode_prompt(pair.tokenizer, p.text) for p in build_prompt_pool(pool_prompts, seed=pool_seed)]
+    answers = generate_batch(pair.target, None, prompts, tree=None, max_new_tokens=new_tokens)
+    return [p + a.tokens for p, a in zip(prompts, answers)], [len(p) for p in prompts]
+
+
+def with_layer_skip(pair: LoadedPair, *, remeasure: bool = False, progress: Optional[Progress] = None) -> LoadedPair:
+    """The pair with the target drafting for itself (a `treespec.models.layer_skip.LayerSkip`): the layers to skip
+    chosen by the measured search of treespec.plan.layer_skip on the target as configured (cached per machine),
+    and, when the pair has a profile, that draft's measured costs c(w) in it."""
+    from treespec.plan.layer_skip import cached_layer_skip
+
+    profile = pair.hardware.profile if pair.hardware is not None else None
+    draft, costs, origin = cached_layer_skip(
+        pair.target, lambda: layer_skip_calibration(pair, **CALIBRATION), calibration=CALIBRATION,
+        relative_latency=profile.relative_latency(1) if profile is not None else None, remeasure=remeasure,
+        progress=progress)
+    hardware = pair.hardware
+    if hardware is not None:
+        if profile is not None:
+            base = profile.pass_ms(1)
+            profile = replace(profile, draft_ms={**profile.draft_ms, 1: {w: c * base for w, c in costs.items()}})
+        hardware = replace(hardware, profile=profile, draft_dtype=hardware.target_dtype,
+                           draft_layout=hardware.target_layout, origin=f"{hardware.origin}; layer skip {origin}")
+    return replace(pair, draft=draft, hardware=hardware)
+
+
 def with_target_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     """The pair with the target's linear layers that lie on a 4-bit grid held in `scheme` ("int4",
     treespec.models.quantize.quantize_target_weights: the same model, a quarter of the bytes; in place); None: as
@@ -362,7 +401,7 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
               attn_implementation: str = "treespec_sdpa", progress: Optional[Progress] = None) -> LoadedPair:
     """Target, optional draft and the target's tokenizer, checked to fit together, and by default tuned to this
     machine. target: a built-in name or a directory (None: the default target); draft: likewise ("default": the
-    default draft, None: no draft).
+    default draft, None: no draft, "layerskip": the target itself with some layers skipped, `with_layer_skip`).
 
     hardware="auto" (the default) gives the models in the dtype and weight layout measured fastest on this machine
     with that profile in `.hardware` (measured on first use, about a minute for the default pair, then cached by the
@@ -377,6 +416,10 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
                           "resolve_hardware with its HardwareSpec)")
     target = target or DEFAULT_TARGET
     draft = DEFAULT_DRAFT if draft == "default" else draft
+    if draft == LAYER_SKIP:  # the target drafts for itself: tuned alone, then searched on as configured
+        pair = load_pair(target, None, hardware=hardware, device=device, dtype=dtype, layout=layout,
+                         attn_implementation=attn_implementation, progress=progress)
+        return with_layer_skip(pair, progress=progress)
     device = resolve_device(str(device)) if isinstance(device, str) else device
     tokenizer = load_tokenizer(target)
     load_dtype = "float32" if dtype == "auto" else dtype

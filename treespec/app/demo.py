@@ -41,6 +41,7 @@ from treespec.app.configs import (
 from treespec.app.session import Session, open_session
 from treespec.errors import ConfigError
 from treespec.eval.data import encode_prompt, load_prompts
+from treespec.models.layer_skip import LayerSkip
 
 
 @dataclass
@@ -236,6 +237,9 @@ def _rows(out: Generation, wall: float, info: dict, session: Session, greedy: bo
         ("stop", out.stop_reason),
         ("tree", _tree_line(info)),
     ]
+    if session.draft is not None:  # a layer-skip draft says which layers it skips
+        draft = session.draft
+        rows.append(("draft", draft.describe() if isinstance(draft, LayerSkip) else str(session.names["draft"])))
     if "acceptance" in info:
         source = "tree.acceptance" if cfg.tree.acceptance else f"model {session.model.name}, " + (
             "greedy" if greedy else "sampled")

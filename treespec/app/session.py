@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch
 
 from treespec.app.configs import (
+    LAYER_SKIP,
     HardwareSpec,
     LoadedPair,
     ModelSpec,
@@ -32,10 +33,12 @@ from treespec.app.configs import (
     with_draft_precision,
     with_draft_vocab,
     with_draft_weights,
+    with_layer_skip,
     with_target_weights,
 )
 from treespec.decode.sampling import SamplingConfig
 from treespec.errors import ConfigError
+from treespec.models.layer_skip import LayerSkip
 from treespec.models.precision import body_dtype, configure
 from treespec.plan.costs import LatencyProfile
 from treespec.plan.hardware import Progress
@@ -100,13 +103,18 @@ class Session:
         """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them."""
         profile, _ = self.profile(batch_size)
         name = self.pair.hardware.name if self.pair.hardware is not None else ""
-        return build_policy(tree, acceptance_for(self.model, tree, sampling), profile, name, batch_size)
+        acceptance = acceptance_for(self.model, tree, sampling)
+        if isinstance(self.draft, LayerSkip) and not tree.acceptance:  # the search's, not the model spec's draft's
+            acceptance = self.draft.acceptance
+        return build_policy(tree, acceptance, profile, name, batch_size)
 
     def other_draft(self, name: str):
         """Another draft for the same target (a method's own draft, the assisted-generation assistant), in the dtype
         (without a bf16 EAGLE output layer) and layout chosen for the pair's draft."""
         if name == self.names["draft"] and self.pair.draft is not None:
             return self.pair.draft
+        if name == LAYER_SKIP:
+            return with_layer_skip(self.pair, progress=self.progress).draft
         other = load_pair(self.names["target"], name, hardware="none", device=next(self.target.parameters()).device,
                           attn_implementation=self.model.attn_implementation, layout="standard").draft
         hardware = self.pair.hardware
@@ -146,6 +154,8 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     if with_draft and not draft:
         raise ConfigError("this run needs a draft model: set draft=<name or dir> (or model.draft)")
     names = {"target": target, "draft": draft}
+    self_draft = draft == LAYER_SKIP  # the target drafts for itself once it is configured
+    draft = None if self_draft else draft
     pair = load_pair(target, draft, hardware="none", device=resolve_device(runtime.device), dtype=runtime.dtype,
                      attn_implementation=model.attn_implementation, layout=runtime.layout)
     pair = with_target_weights(pair, model.target_weights)
@@ -156,4 +166,6 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
         acceptance = acceptance_for(model, TreeSpec(), sampling or SamplingConfig())
         pair = resolve_hardware(hardware, pair, dtype=runtime.dtype, layout=runtime.layout, acceptance=acceptance,
                                 progress=progress, settings=names)
+    if self_draft:
+        pair = with_layer_skip(pair, progress=progress)
     return Session(pair, model, runtime, hardware, names, progress)

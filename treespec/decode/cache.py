@@ -74,10 +74,11 @@ class PreallocatedLayer(DynamicLayer):
             self.truncate(0)
 
 
-def new_cache(model: PreTrainedModel, max_length: int) -> Cache:
+def new_cache(model: PreTrainedModel, max_length: int, layers: int | None = None) -> Cache:
     """An empty full-attention cache for `max_length` tokens (it grows if needed); refuses sliding-window
     models whose window is shorter than `max_length` (a tree mask replaces the model's own masks, so
-    windows would not be applied)."""
+    windows would not be applied). layers: how many layer caches (default: the model's layer count; fewer for a
+    pass that skips layers, treespec.models.layer_skip)."""
     window = getattr(model.config.get_text_config(), "sliding_window", None)
     uses_window = getattr(model.config.get_text_config(), "use_sliding_window", True)
     if window is not None and uses_window and max_length > window:
@@ -85,7 +86,8 @@ def new_cache(model: PreTrainedModel, max_length: int) -> Cache:
             f"{type(model).__name__} uses a sliding attention window of {window} tokens; prompt + max_new_tokens "
             f"+ tree ({max_length}) must fit inside it"
         )
-    layers = model.config.get_text_config().num_hidden_layers
+    if layers is None:
+        layers = model.config.get_text_config().num_hidden_layers
     return Cache(layers=[PreallocatedLayer(max_length + 64) for _ in range(layers)])
 
 

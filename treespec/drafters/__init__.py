@@ -4,6 +4,7 @@
     causal_lm   `CausalLMDrafter`: any causal LM sharing the target's tokenizer (vocabulary subsets, 4-bit weights)
     eagle       `EagleDrafter`: an EAGLE-style head reading the target's features
     policies    Static (Chain, KAry, Paths, Sequoia), Dynamic and Adaptive trees over rows
+    layer_skip  `LayerSkipDrafter`: the target itself with some layers skipped (self-speculation, no draft model)
     ngram       `NGramDrafter`: prompt lookup, candidates from each row's own text (no model)
     sources     `NGram` and `Hybrid` trees (model and n-gram branches under one planned budget), `HybridDrafter`
     vocab       draft vocabulary subsets (token counts, the most frequent ids)
@@ -21,17 +22,24 @@ from transformers import PreTrainedModel
 from treespec.decode.engine import Drafter
 from treespec.drafters.causal_lm import CausalLMDrafter
 from treespec.drafters.eagle import EagleDrafter
+from treespec.drafters.layer_skip import LayerSkipDrafter
 from treespec.drafters.ngram import NGramDrafter
 from treespec.drafters.policies import policy_sources
 from treespec.drafters.sources import HybridDrafter
 from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel
+from treespec.models.layer_skip import LayerSkip
 
 
-def make_drafter(draft: PreTrainedModel, target: PreTrainedModel, max_length: int,
+def make_drafter(draft: PreTrainedModel | LayerSkip, target: PreTrainedModel, max_length: int,
                  vocab: torch.Tensor | None = None) -> Drafter:
-    """The drafter for a draft model: an EAGLE head reads the target's features, anything else is a causal LM
-    (proposing only from the token ids `vocab` [S] when given; see `treespec.drafters.vocab`)."""
+    """The drafter for a draft model: an EAGLE head reads the target's features, a `LayerSkip` runs the target
+    itself, anything else is a causal LM (proposing only from the token ids `vocab` [S] when given; see
+    `treespec.drafters.vocab`)."""
+    if isinstance(draft, LayerSkip):
+        if vocab is not None:
+            raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not layer skipping")
+        return LayerSkipDrafter(draft, target, max_length)
     if isinstance(draft, EagleDraftModel):
         if vocab is not None:
             raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not the EAGLE head")
@@ -51,5 +59,5 @@ def drafter_for(policy, draft: PreTrainedModel | None, target: PreTrainedModel, 
     return model if model is not None else ngram
 
 
-__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "NGramDrafter", "drafter_for",
-           "make_drafter"]
+__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "LayerSkipDrafter", "NGramDrafter",
+           "drafter_for", "make_drafter"]

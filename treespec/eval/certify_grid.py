@@ -6,7 +6,8 @@ context-indexed random p and q rows (vocabulary 6), continued to L = 4 tokens; g
 tables (exact). End to end: tiny Llama, Qwen2 and GPT-2 targets (vocabulary 6) with a DP-built irregular static
 tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2), EOS under sampling, an adaptive
 (confidence-stopped) tree, a draft vocabulary subset, batched decoding (a ragged batch), prompt lookup without a
-draft model and hybrid trees (model and lookup branches, on a prompt that repeats itself); `runs` seeded runs of
+draft model, hybrid trees (model and lookup branches, on a prompt that repeats itself) and layer-skip
+self-drafts (a 2-layer target with one layer skipped, alone and batched); `runs` seeded runs of
 the engine each, first L = 4 tokens against the enumerated law, and each case asserts that steps accepted a
 non-first sibling and their full depth and then went on.
 
@@ -26,6 +27,7 @@ from treespec.drafters import policies
 from treespec.drafters.sources import Hybrid, NGram
 from treespec.drafters.vocab import vocab_subset
 from treespec.eval import certify
+from treespec.models.layer_skip import skipping
 from treespec.plan.optimizer import sequoia_tree
 
 VOCAB = 6
@@ -86,6 +88,11 @@ def end_to_end_cases() -> list[dict]:
          "sampling": {"temperature": 0.7, "top_p": 0.9}},
         {"name": "e2e llama eagle head hybrid, batch of 4 + ragged row, T=1", "arch": "llama", "tree": "hybrid",
          "eagle": True, "lookup": True, "batch": 4, "sampling": {"temperature": 1.0}},
+        # drafts from the target itself: a 2-layer target drafting with one of its layers skipped
+        {"name": "e2e llama layer skip (layer 1 of 2), dynamic, T=1", "arch": "llama", "tree": "dynamic",
+         "skip": [1], "sampling": {"temperature": 1.0}},
+        {"name": "e2e qwen2 layer skip (layer 0 of 2), batch of 4 + ragged row, dp tree, T=0.7 top-p 0.9",
+         "arch": "qwen2", "tree": "dp", "skip": [0], "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
     ]
     for case in cases:
         case["level"] = "end to end"
@@ -135,9 +142,13 @@ def _grid_case(case: dict, settings: dict, index: int) -> dict:
             verdict, counted = certify.certify(draws.sequences, tables.law(), alpha), draws.events
         needed = ("depth >= 2", "non-first sibling", "full depth + bonus")
     else:
-        target = certify.tiny_lm(case["arch"], seed=10, vocab=VOCAB)
-        draft = certify.eagle_head_for(target, seed=3) if case.get("eagle") else certify.tiny_lm(case["arch"], seed=11,
-                                                                                                vocab=VOCAB)
+        target = certify.tiny_lm(case["arch"], seed=10, vocab=VOCAB, layers=2 if case.get("skip") else 1)
+        if case.get("skip"):
+            draft = skipping(target, case["skip"])
+        elif case.get("eagle"):
+            draft = certify.eagle_head_for(target, seed=3)
+        else:
+            draft = certify.tiny_lm(case["arch"], seed=11, vocab=VOCAB)
         prompt, filler = (LOOKUP_PROMPT, LOOKUP_FILLER) if case.get("lookup") else (PROMPT, FILLER)
         if case["tree"] == "ngram":
             draft = None  # prompt lookup drafts without a model

@@ -126,10 +126,14 @@ class LeanDecoder:
         ]
 
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
-                 keep: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+                 keep: Sequence[int] = (), layers: Sequence[int] | None = None
+                 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """input_ids [B, M], position_ids [B, M], mask [B or 1, 1, M, L + M] additive (L cached slots), cache: a
         `treespec.decode.cache.new_cache` whose layers take the new keys/values -> (last hidden states [B, M, H],
-        normed; {i: the hidden states [B, M, H] after the first i layers, for i in `keep`}, 0 being the embeddings)."""
+        normed; {i: the hidden states [B, M, H] after the first i layers, for i in `keep`}, 0 being the embeddings).
+        layers: the indices of the layers to run, ascending (None: all); the others are skipped (the residual stream
+        passes them unchanged), the j-th layer run uses `cache.layers[j]`, and `keep` must be empty
+        (treespec.models.layer_skip)."""
         rows, m, d = input_ids.shape[0], input_ids.shape[1], self.head_dim
         x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
         kept = {0: x.view(rows, m, -1)} if 0 in keep else {}
@@ -137,18 +141,23 @@ class LeanDecoder:
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, M, d]: the same for every head
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
         mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
-        for index, layer in enumerate(self.layers):
+        if layers is not None and keep:
+            raise ValueError("intermediate states are kept only when every layer runs")
+        run = range(len(self.layers)) if layers is None else layers
+        for slot, index in enumerate(run):
+            layer = self.layers[index]
             qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.input_eps)).view(rows, m, -1)  # [B, M, (h + 2 kv) d]
             query = rotate(qkv[..., :q_end].view(rows, m, self.heads, d).transpose(1, 2), cos, sin)  # [B, heads, M, d]
             key = rotate(qkv[..., q_end:k_end].view(rows, m, self.kv_heads, d).transpose(1, 2), cos, sin)
             value = qkv[..., k_end:].view(rows, m, self.kv_heads, d).transpose(1, 2)
-            keys, values = cache.layers[index].update(key, value)  # [B, kv_heads, L + M, d]
+            keys, values = cache.layers[slot].update(key, value)  # [B, kv_heads, L + M, d]
             attended = grouped_query_attention(query, keys, values, mask, scale=layer.scale)  # [B, heads, M, d]
             x = x + layer.out(attended.transpose(1, 2).reshape(rows * m, self.heads * d))
             gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [B M, 2 I]
             x = x + layer.down(layer.act(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate:])
             if index + 1 in keep:
                 kept[index + 1] = x.view(rows, m, -1)
+
         x = x.view(rows, m, -1)
         return rms_norm(x, self.final_norm, self.final_eps), kept
 

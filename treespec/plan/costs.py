@@ -353,7 +353,8 @@ def measure_latency(
             "prefix_len": prefix_len, "repeats": len(samples[batch_sizes[0]][1]), "threads": torch.get_num_threads(),
             **(settings or {})}
     if draft is not None:
-        info.setdefault("draft_dtype", str(next(draft.parameters()).dtype).replace("torch.", ""))
+        weights = draft if isinstance(draft, torch.nn.Module) else target  # a layer-skip draft is the target itself
+        info.setdefault("draft_dtype", str(next(weights.parameters()).dtype).replace("torch.", ""))
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
     profile = LatencyProfile(

@@ -46,6 +46,7 @@ import yaml
 
 from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel
+from treespec.models.layer_skip import LayerSkip
 from treespec.models.layouts import (
     HYBRID,
     LAYOUTS,
@@ -496,16 +497,19 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
     dtype and layout the models are in, their attention implementations, and the batch sizes, tree sizes and
     prefix length measured."""
     device = next(target.parameters()).device
+    model = None if isinstance(draft, LayerSkip) else draft  # a layer-skip draft is the target itself
     key = {"version": BATCH_PROFILE_VERSION, "kind": "batch", "device": device_identity(device),
            "torch": str(torch.__version__), "threads": torch.get_num_threads(),
-           "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
+           "target": model_fingerprint(target), "draft": model_fingerprint(model) if model is not None else None,
            "target_dtype": dtype_name(target), "target_layout": linear_layout(target),
-           "draft_dtype": precision_name(draft) if draft is not None else None,
-           "draft_layout": linear_layout(draft) if draft is not None else None,
-           "attention": attention_names(target, draft), "prefix_len": int(prefix_len),
+           "draft_dtype": precision_name(model) if model is not None else None,
+           "draft_layout": linear_layout(model) if model is not None else None,
+           "attention": attention_names(target, model), "prefix_len": int(prefix_len),
            "batch_sizes": sorted({int(b) for b in batch_sizes}), "sizes": sorted({int(n) for n in sizes} | {1})}
     if draft_vocab is not None:
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
+    if model is not draft:
+        key["draft"] = draft.describe()
     return key
 
 
