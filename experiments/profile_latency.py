@@ -7,9 +7,10 @@
 
 Measures what `hardware=auto` measures (treespec.plan.hardware.auto_profile: t(n), the draft's cost per level
 width, the engine's per-step overheads, and with layout/dtype `auto` the faster configuration of each model),
-always anew, and refreshes the auto cache with it. Writes hardware_<name>.yaml (the conf/hardware/ format)
-into the run directory, and with install=true also to conf/hardware/<name>.yaml so that `hardware=<name>`
-selects it.
+always anew, and refreshes the auto cache with it. On a CPU it also reports t(1) against the bandwidth bound
+(treespec.plan.bandwidth: the bytes a 1-token pass reads / this machine's measured read bandwidth). Writes
+hardware_<name>.yaml (the conf/hardware/ format) into the run directory, and with install=true also to
+conf/hardware/<name>.yaml so that `hardware=<name>` selects it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from treespec.app import cli
 from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, TreeSpec, acceptance_for
 from treespec.app.session import open_session
 from treespec.decode.sampling import SamplingConfig
+from treespec.plan.bandwidth import memory_bandwidth, pass_bytes
 from treespec.plan.hardware import auto_profile
 
 
@@ -56,13 +58,21 @@ def run(cfg: DictConfig):
     model = cli.to_spec(ModelSpec, cfg.model)
     session = open_session(model, cli.runtime(cfg), HardwareSpec(name="none"), target=cfg.target, draft=cfg.draft,
                            tune=False)
-    _, _, resolved = auto_profile(session.target, session.draft, dtype=cfg.dtype, layout=cfg.layout,
+    target, _, resolved = auto_profile(session.target, session.draft, dtype=cfg.dtype, layout=cfg.layout,
                                   acceptance=acceptance_for(model, TreeSpec(), SamplingConfig()), remeasure=True,
                                   sizes=list(cfg.sizes), repeats=cfg.repeats, warmup=cfg.warmup,
                                   prefix_len=cfg.prefix_len, progress=cli.progress_bar("profiling"),
                                   settings={"target": cfg.target, "draft": cfg.draft, "model": model.name})
     profile = resolved.profile
-    device = next(session.target.parameters()).device
+    device = next(target.parameters()).device
+    bound = None
+    if device.type == "cpu":  # the floor of a 1-token pass here: the bytes it reads / the measured read bandwidth
+        bandwidth = memory_bandwidth()
+        read = pass_bytes(target, cfg.prefix_len)
+        bound = {"bandwidth_gbs": round(bandwidth, 2), "pass_weight_mb": round(read.weights / 1e6, 1),
+                 "pass_kv_mb": round(read.kv_cache / 1e6, 1), "bound_ms": round(read.total / bandwidth / 1e6, 3),
+                 "t1_over_bound": round(profile.pass_ms() / (read.total / bandwidth / 1e6), 2)}
+        profile.settings["bandwidth_bound"] = bound
     name = cfg.name or f"{device.type}_{model.name}"
     path = cli.output_dir() / f"hardware_{name}.yaml"
     path.write_text(f"# measured by experiments/profile_latency.py on {resolved.device}\n"
@@ -74,6 +84,10 @@ def run(cfg: DictConfig):
           + f"\nc(w): { {w: round(v, 4) for w, v in costs.items()} } (target 1-token pass {profile.pass_ms():.2f} ms)"
           + f"\noverhead per step: {profile.overhead_ms.get(1, 0.0):.2f} ms speculative, "
             f"{profile.baseline_overhead_ms.get(1, 0.0):.2f} ms autoregressive -> {path}")
+    if bound is not None:
+        print(f"bandwidth bound: a 1-token pass reads {bound['pass_weight_mb']} MB of weights + {bound['pass_kv_mb']} MB "
+              f"of cache at {bound['bandwidth_gbs']} GB/s ({torch.get_num_threads()} threads) = {bound['bound_ms']} ms; "
+              f"t(1) = {profile.pass_ms():.2f} ms is {bound['t1_over_bound']}x that")
     if cfg.install:
         installed = cli.CONF_DIR / "hardware" / f"{name}.yaml"
         shutil.copyfile(path, installed)
