@@ -15,7 +15,8 @@ sampling mode every method runs once, in a rotating order (treespec.eval.bench);
 against hf_generate's (or treespec's autoregressive loop's). batch_size=B > 1: prompts are taken B at a time and
 every method decodes a group as one batch (trees planned with B's costs; hf_generate left-padded; hf_assisted,
 one prompt at a time only, is left out); a row is then one group.
-Writes bench.csv (the table), bench_rows.jsonl (one row per group x sampling x method) and bench.json.
+Writes bench.csv (the table), bench_rows.jsonl (one row per group x sampling x method) and bench.json (with, for
+trees from several sources such as `hybrid`, the acceptance by source and depth).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from treespec.app.session import open_session
 from treespec.errors import ConfigError
 from treespec.eval import llama_cpp
 from treespec.eval.bench import PassCounter, hf_method, llama_cpp_method, run_bench, treespec_method
-from treespec.eval.reporting import bench_table, write_table
+from treespec.eval.reporting import acceptance_by_source, bench_table, write_table
 from treespec.models.loading import gguf_file
 
 HF_METHODS = ("hf_generate", "hf_assisted")
@@ -139,6 +140,11 @@ def run(cfg: DictConfig) -> list[dict]:
                 "assistant": model.assistant or cfg.draft, "batch_size": size,
                 "hardware": {**session.summary(), **({"batch_profile": session.profile(size)[1]} if size > 1 else {})},
                 "policies": {f"{s}/{m}": c.info for (s, m), c in choices.items()}}
+    counts: dict[str, list] = {}  # trees from several sources: acceptance by source and depth, per sampling/method
+    for row in rows:
+        if "source_counts" in row:
+            counts.setdefault(f"{row['sampling']}/{row['method']}", []).append(row["source_counts"])
+    settings["acceptance_by_source"] = {key: acceptance_by_source(tables) for key, tables in counts.items()}
     print(write_table(out_dir, "bench", table, settings))
     print(f"-> {out_dir}")
     return table

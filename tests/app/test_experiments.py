@@ -170,13 +170,13 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
 
 def test_bench_on_tiny_models(tmp_path):
     result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=2", "max_new_tokens=8",
-                  "methods=[hf_generate,hf_assisted,llama_cpp,autoregressive,chain,kary,dynamic]", "threads=1",
+                  "methods=[hf_generate,hf_assisted,llama_cpp,autoregressive,chain,kary,dynamic,hybrid]", "threads=1",
                   f"hydra.run.dir={tmp_path}")
     assert "llama_cpp left out: " in result.stdout  # the tiny models have no GGUF file for llama.cpp
     table = json.loads((tmp_path / "bench.json").read_text())["table"]
     assert {(r["sampling"], r["method"]) for r in table} == {
         (s, m) for s in ("greedy", "t0.7") for m in ("hf_generate", "hf_assisted", "autoregressive", "chain", "kary",
-                                                      "dynamic")}
+                                                      "dynamic", "hybrid")}
     for row in table:
         if row["sampling"] == "greedy":
             assert row["greedy_parity"] == 1.0, row
@@ -185,7 +185,11 @@ def test_bench_on_tiny_models(tmp_path):
     assert all(r["speedup"] == 1.0 for r in table if r["method"] == "hf_generate")
     assert "tokens/s" in result.stdout and (tmp_path / "bench.csv").is_file()
     rows = [json.loads(x) for x in (tmp_path / "bench_rows.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 2 * 6
+    assert len(rows) == 2 * 2 * 7
+    by_source = json.loads((tmp_path / "bench.json").read_text())["settings"]["acceptance_by_source"]
+    assert set(by_source) <= {"greedy/hybrid", "t0.7/hybrid"} and "greedy/hybrid" in by_source
+    first = [d for source in by_source["greedy/hybrid"].values() for d in source if d["depth"] == 1]
+    assert first and all(0 <= d["accepted"] <= d["offered"] for d in first)
 
 
 def test_bench_table_arithmetic():

@@ -2,6 +2,8 @@
 greedy parity with the target alone (one row and a batch, causal-LM draft and EAGLE head), the planner's choices
 between sources, a model drafter catching up on steps it did not draft, and losslessness under sampling."""
 
+import json
+
 import pytest
 import torch
 from conftest import PROMPTS, OneRow, reference, tiny_model
@@ -15,6 +17,7 @@ from treespec.drafters.ngram import NGramIndex, build_trie
 from treespec.drafters.sources import SourceStats, candidate_tree
 from treespec.errors import ConfigError
 from treespec.eval import certify
+from treespec.eval.reporting import acceptance_by_source, source_counts
 from treespec.models.eagle_head import init_eagle_from_target
 from treespec.plan.costs import StepCosts
 
@@ -149,3 +152,22 @@ def test_first_tokens_follow_the_target(name, sampling):
     assert verdict.passed, verdict
     assert decode.events["non-first sibling"] >= 0.01 * RUNS and decode.events["depth >= 2"] >= 0.01 * RUNS
     assert verdict.detectable_bias < 0.25
+
+
+def test_acceptance_by_source_counts_what_each_source_offered_and_got_accepted_at_each_depth():
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6)
+    outs = [treespec.generate(target, draft, p, tree=tree, max_new_tokens=24) for p in [*PROMPTS, REPEATING]]
+    counts = source_counts(outs)
+    assert set(counts) <= {"model", "ngram", "model+ngram"} and counts
+    for depth in range(1, 5):  # every accepted draft at depth d was offered there, by exactly one source label
+        accepted = sum(by_depth.get(depth, [0, 0])[1] for by_depth in counts.values())
+        assert accepted == sum(1 for o in outs for s in o.steps if len(s.accepted_sources) >= depth)
+    assert all(a <= o for by_depth in counts.values() for o, a in by_depth.values())
+    offered = sum(o for by_depth in counts.values() for d, (o, _) in by_depth.items() if d == 1)
+    assert offered == sum(len(s.offered_sources[0]) for o in outs for s in o.steps if s.offered_sources)
+    table = acceptance_by_source([counts, json.loads(json.dumps(counts))])  # summed, as from JSON rows
+    first = {s: rows[0] for s, rows in table.items()}
+    assert all(r["depth"] == 1 and r["offered"] == 2 * counts[s][1][0] for s, r in first.items() if 1 in counts[s])
+    assert not source_counts([treespec.generate(target, draft, PROMPTS[0], tree=policies.Chain(k=2),
+                                                max_new_tokens=8)])  # a single source: nothing to split

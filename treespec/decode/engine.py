@@ -99,6 +99,8 @@ class StepStats:
     verify_s: float
     commit_s: float
     accepted_sources: tuple[str, ...] = ()  # what proposed each accepted draft node (trees from several sources)
+    offered_sources: tuple[tuple[str, ...], ...] = ()  # per depth d = 1, 2, ... reached: the sources of the
+    #   children of the accepted node at depth d - 1, the candidates verified there (trees from several sources)
 
 
 @dataclass(frozen=True)
@@ -271,8 +273,10 @@ class Decoder:
             shape, row = tree.shape, self.live[b]
             ranks = tuple(shape.ranks[n] for n in result.accepted[1:])[: len(new)]  # drafts that reached the output
             sources = tuple(tree.sources[n] for n in result.accepted[1:])[: len(new)] if tree.sources else ()
+            offered = tuple(tuple(tree.sources[c] for c in shape.children[n]) for n in result.accepted[: len(new)]
+                            if shape.children[n]) if tree.sources else ()
             self.steps[row].append(StepStats(shape.size, shape.levels, len(new), ranks, t1 - t0, t2 - t1, t3 - t2,
-                                             t4 - t3, sources))
+                                             t4 - t3, sources, offered))
             if self.on_tokens is not None:
                 self.on_tokens(row, new)
             if b not in keep:

@@ -18,6 +18,7 @@ import torch
 
 from treespec.api import generate_batch
 from treespec.decode.sampling import SamplingConfig
+from treespec.eval.reporting import source_counts
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Run:
     outputs: list[list[int]]  # each row's new tokens (up to and including its EOS)
     passes: int  # target passes summed over the rows (a batched pass counts once per row it served)
     batched_passes: int  # the target's forward calls
+    source_counts: dict | None = None  # trees from several sources: treespec.eval.reporting.source_counts
 
 
 Method = Callable[[list[list[int]], SamplingConfig, int, int], Run]
@@ -87,7 +89,8 @@ def treespec_method(target, draft, policy, counter: PassCounter, eos: int | None
         outs = generate_batch(target, draft, group, tree=policy, max_new_tokens=max_new_tokens,
                               temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed,
                               eos_token_id=eos, draft_vocab=draft_vocab)
-        return Run([o.tokens for o in outs], sum(o.target_passes for o in outs), counter.calls)
+        return Run([o.tokens for o in outs], sum(o.target_passes for o in outs), counter.calls,
+                   source_counts(outs) or None)
 
     return run
 
@@ -139,7 +142,8 @@ def run_bench(methods: dict[tuple[str, str], Method], groups: Sequence[Sequence[
                              "category": prompt.category if len(group) == 1 else "batch", "sampling": sampling_name,
                              "method": method, "batch_size": len(group), "tokens": sum(len(o) for o in run.outputs),
                              "seconds": seconds, "passes": run.passes, "batched_passes": run.batched_passes,
-                             **info(sampling_name, method), "output": output})
+                             **info(sampling_name, method), "output": output,
+                             **({"source_counts": run.source_counts} if run.source_counts else {})})
             for row in done:  # greedy: every method must reproduce the reference's output
                 row["matches_reference"] = None if reference_output is None else row["output"] == reference_output
                 if on_row is not None:

@@ -24,10 +24,39 @@ def pass_rows(generation: Generation, meta: dict[str, Any]) -> list[dict[str, An
     return [
         {"kind": "pass", **meta, "step": i, "tree_size": s.tree_size, "tree_depth": s.tree_depth,
          "accepted": s.accepted, "accepted_ranks": list(s.accepted_ranks), "accepted_sources": list(s.accepted_sources),
-         "draft_s": s.draft_s,
+         "offered_sources": [list(o) for o in s.offered_sources], "draft_s": s.draft_s,
          "target_s": s.target_s, "verify_s": s.verify_s, "commit_s": s.commit_s}
         for i, s in enumerate(generation.steps)
     ]
+
+
+def source_counts(generations: Sequence[Generation]) -> dict[str, dict[int, list[int]]]:
+    """{source: {depth d: [candidates offered at d, accepted at d]}} over the steps of trees from several sources
+    (`StepStats.offered_sources`; {} for single-source trees). A candidate is offered at depth d when its parent,
+    at depth d - 1, was accepted."""
+    counts: dict[str, dict[int, list[int]]] = {}
+    for generation in generations:
+        for step in generation.steps:
+            for depth, offered in enumerate(step.offered_sources, start=1):
+                for source in offered:
+                    counts.setdefault(source, {}).setdefault(depth, [0, 0])[0] += 1
+                if depth <= len(step.accepted_sources):
+                    counts.setdefault(step.accepted_sources[depth - 1], {}).setdefault(depth, [0, 0])[1] += 1
+    return counts
+
+
+def acceptance_by_source(counts: Sequence[dict]) -> dict[str, list[dict[str, float]]]:
+    """`source_counts` tables (from JSON too: depths may be strings) summed -> {source: [{"depth", "offered",
+    "accepted", "rate" = accepted / offered}]}."""
+    total: dict[str, dict[int, list[int]]] = {}
+    for table in counts:
+        for source, by_depth in table.items():
+            for depth, (offered, accepted) in by_depth.items():
+                cell = total.setdefault(source, {}).setdefault(int(depth), [0, 0])
+                cell[0] += offered
+                cell[1] += accepted
+    return {source: [{"depth": d, "offered": o, "accepted": a, "rate": round(a / o, 4) if o else None}
+                     for d, (o, a) in sorted(by_depth.items())] for source, by_depth in sorted(total.items())}
 
 
 def prompt_row(generation: Generation, meta: dict[str, Any]) -> dict[str, Any]:
