@@ -41,9 +41,10 @@ from treespec.app.configs import (
     sampling_config,
 )
 from treespec.app.session import open_session
+from treespec.drafters.policies import policy_sources
 from treespec.errors import ConfigError
 from treespec.eval import llama_cpp
-from treespec.eval.bench import PassCounter, hf_method, llama_cpp_method, run_bench, treespec_method
+from treespec.eval.bench import PassCounter, draft_footprint, hf_method, llama_cpp_method, run_bench, treespec_method
 from treespec.eval.reporting import acceptance_by_source, bench_table, write_table
 from treespec.models.loading import gguf_file
 
@@ -101,7 +102,7 @@ def run(cfg: DictConfig) -> list[dict]:
     counter = PassCounter(session.target)
     choices = {(name, m): session.policy(tree, sampling, size) for name, sampling in samplings.items()
                for m, tree in trees.items()}
-    decoders = {}
+    decoders, footprints = {}, {}  # footprints: per treespec method, its draft's cost c and added weights
     llms = {m: llama_cpp.LlamaCpp(gguf, torch.get_num_threads(), lookup=LOOKUP_TOKENS if m == "llama_cpp_lookup" else 0)
             for m in methods if m in LLAMA_CPP_METHODS}
     for name in samplings:
@@ -113,9 +114,12 @@ def run(cfg: DictConfig) -> list[dict]:
                 decoders[name, method] = hf_method(session.target, counter, eos, pad, assistant)
             else:
                 draft_name = cfg.method_drafts.get(method, cfg.draft)
-                decoders[name, method] = treespec_method(
-                    session.target, session.other_draft(draft_name), choices[name, method].policy, counter, eos,
-                    session.draft_vocab if draft_name == cfg.draft else None)
+                draft = session.other_draft(draft_name)
+                decoders[name, method] = treespec_method(session.target, draft, choices[name, method].policy, counter,
+                                                         eos, session.draft_vocab if draft_name == cfg.draft else None)
+                if method not in footprints:
+                    footprints[method] = {"draft": draft_name if "model" in policy_sources(choices[name, method].policy)
+                                          else None, **draft_footprint(session.target, draft, choices[name, method].policy)}
 
     def info(sampling: str, method: str) -> dict:
         choice = choices.get((sampling, method))
@@ -136,6 +140,7 @@ def run(cfg: DictConfig) -> list[dict]:
     table = bench_table(rows)
     for row in table:
         row["batch_size"] = size
+        row.update(footprints.get(row["method"], {}))
     settings = {"config": OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                 "assistant": model.assistant or cfg.draft, "batch_size": size,
                 "hardware": {**session.summary(), **({"batch_profile": session.profile(size)[1]} if size > 1 else {})},

@@ -183,6 +183,9 @@ def test_bench_on_tiny_models(tmp_path):
         if row["method"] in ("hf_generate", "autoregressive"):
             assert row["tokens_per_pass"] == pytest.approx(1.0, abs=0.15)
     assert all(r["speedup"] == 1.0 for r in table if r["method"] == "hf_generate")
+    costs = {r["method"]: (r.get("draft_cost"), r.get("draft_mb")) for r in table}  # each drafter's c and weights
+    assert costs["autoregressive"] == (0.0, 0.0) and costs["hf_generate"] == (None, None)
+    assert costs["dynamic"][0] > 0 and costs["dynamic"][1] > 0 and costs["hybrid"][0] > 0
     assert "tokens/s" in result.stdout and (tmp_path / "bench.csv").is_file()
     rows = [json.loads(x) for x in (tmp_path / "bench_rows.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 2 * 7

@@ -18,7 +18,9 @@ import torch
 
 from treespec.api import generate_batch
 from treespec.decode.sampling import SamplingConfig
+from treespec.drafters.policies import policy_sources
 from treespec.eval.reporting import source_counts
+from treespec.plan.costs import measure_latency
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,26 @@ def treespec_method(target, draft, policy, counter: PassCounter, eos: int | None
                    source_counts(outs) or None)
 
     return run
+
+
+def draft_footprint(target, draft, policy) -> dict[str, float]:
+    """What a method's drafting costs: {"draft_cost": c, one draft level of one node / one 1-token target pass
+    (treespec.plan.costs.measure_latency, measured now: a ratio from one run), "draft_mb": the weights the draft adds
+    to the target's, in MB (an EAGLE or Medusa head reads the target's embedding and LM head; a layer-skip draft is
+    the target itself)}; zeros for a policy that drafts no model (autoregressive, prompt lookup)."""
+    if draft is None or "model" not in policy_sources(policy):
+        return {"draft_cost": 0.0, "draft_mb": 0.0}
+    measured = measure_latency(target, draft, sizes=(1,), draft_widths=(1,), prefix_len=256, repeats=5, warmup=1)
+    own = 0
+    if isinstance(draft, torch.nn.Module):
+        shared = {t.untyped_storage().data_ptr() for t in [*target.parameters(), *target.buffers()]}
+        seen = set()
+        for tensor in [*draft.parameters(), *draft.buffers()]:
+            pointer = tensor.untyped_storage().data_ptr()
+            if pointer not in shared and pointer not in seen:
+                seen.add(pointer)
+                own += tensor.untyped_storage().nbytes()
+    return {"draft_cost": round(measured.draft_ms[1][1] / measured.target_ms[1][1], 4), "draft_mb": round(own / 1e6, 1)}
 
 
 def llama_cpp_method(llm, eos: int | None) -> Method:

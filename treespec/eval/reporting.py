@@ -139,7 +139,7 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
 def format_table(table: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table of `bench_table` rows."""
     header = ("sampling", "method", "tokens/s", "speedup", "median", "vs assisted", "vs llama.cpp", "tok/pass",
-              "predicted", "vs AR", "pred. vs AR", "parity")
+              "predicted", "vs AR", "pred. vs AR", "parity", "c", "draft MB")
     lines = [header]
     for r in table:
         def num(value, digits=2, suffix=""):
@@ -149,7 +149,8 @@ def format_table(table: Sequence[dict[str, Any]]) -> str:
                       num(r.get("vs_llama_cpp"), 2, "x"), num(r["tokens_per_pass"]),
                       num(r["predicted_tokens_per_pass"]),
                       num(r.get("vs_autoregressive"), 2, "x"), num(r.get("predicted_speedup"), 2, "x"),
-                      "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%"))
+                      "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%",
+                      num(r.get("draft_cost"), 3), num(r.get("draft_mb"), 1)))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -228,6 +229,7 @@ def format_sweep(table: list[dict[str, Any]]) -> str:
         lines.append((str(r["batch_size"]), r["method"], "-" if r["budget"] is None else str(r["budget"]),
                       num(r["tokens_per_second"]), num(r["tokens_per_pass"]), num(r["predicted_tokens_per_pass"]),
                       num(r["speedup"], 2, "x"), num(r["predicted_speedup"], 2, "x"), num(r["speedup_vs_hf"], 2, "x"),
-                      "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%"))
+                      "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%",
+                      num(r.get("draft_cost"), 3), num(r.get("draft_mb"), 1)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
