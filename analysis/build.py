@@ -16,7 +16,10 @@ Steps (each a subprocess of the experiments/ scripts; output goes to <out>/logs/
   5. batch/        experiments/batch_sweep.py: batch sizes x (batched autoregressive, fixed Sequoia trees, the
                    tree planned per B) on MT-Bench prompts, with a batch profile (hardware=auto; skipped with
                    --hardware, which gives no batch profile)
-  6. notebooks/    analysis/tree_shapes.ipynb and analysis/acceptance.ipynb executed with nbclient; they
+  6. sources/     experiments/run.py -m: prompt lookup (ngram) and hybrid trees (draft + lookup) on MT-Bench and the
+                   input-grounded edit requests, greedy: acceptance by source and depth
+  7. notebooks/    analysis/tree_shapes.ipynb, analysis/acceptance.ipynb and analysis/sources.ipynb executed with
+                   nbclient; they
                    read <out> and write their figures as PNG into --figures (the committed notebooks in
                    analysis/ are left untouched, without outputs)
 
@@ -38,9 +41,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSIS = ROOT / "analysis"
-NOTEBOOKS = ("tree_shapes", "acceptance")
+NOTEBOOKS = ("tree_shapes", "acceptance", "sources")
 MARKER = ".treespec-analysis"  # marks a results dir made by this script (so that a rebuild may clear it)
-STEPS = ("acceptance", "profile", "runs", "sweep", "batch", "notebooks", "logs")
+STEPS = ("acceptance", "profile", "runs", "sweep", "batch", "sources", "notebooks", "logs")
 
 # The equal-budget comparison: every static policy verifies BUDGET nodes per pass (incl. the root).
 BUDGET, DEPTH = 10, 6
@@ -211,6 +214,14 @@ def decode_runs(args, acceptance: list[str]) -> None:
              args.out, args.timeout)
 
 
+def source_runs(args) -> None:
+    """Trees from several sources: prompt lookup alone and the hybrid tree, on chat and on input-grounded prompts."""
+    run_step("sources", [sys.executable, "experiments/run.py", "-m", *common_overrides(args), "tree=ngram,hybrid",
+                         "data=mtbench,edit", f"hydra.sweep.dir={args.out / 'sources'}",
+                         "hydra.sweep.subdir=${tree.policy}_${data.name}"],
+             args.out, args.timeout)
+
+
 def batch_sweep(args, acceptance: list[str]) -> None:
     """Batch sizes x trees with the tree planned per B (needs hardware=auto's batch profile and the model config's
     acceptance: skipped otherwise)."""
@@ -276,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             override = acceptance_override(args, measured)
             decode_runs(args, override)
             batch_sweep(args, override)
+            source_runs(args)
         figures = execute_notebooks(args, hardware)
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -88,16 +88,23 @@ class Runs:
         wanted = [c for c in columns if c not in frame.columns]
         return frame.merge(self.summaries[["run_dir", *wanted]], on="run_dir", how="left")
 
+    def without(self, folder: str | os.PathLike) -> Runs:
+        """The runs outside `folder` (e.g. build.py's sources/ runs, which the sources notebook reads apart)."""
+        inside = Path(folder).resolve()
+        return self._keep({d for d in self.summaries.get("run_dir", []) if inside not in Path(d).resolve().parents})
+
     def select(self, **equal: Any) -> Runs:
         """The runs whose summary columns equal the given values, e.g. `select(data="mtbench")`
         (keyword names use `__` for dots: `tree__policy="chain"`)."""
         mask = pd.Series(True, index=self.summaries.index)
         for key, value in equal.items():
             mask &= self.summaries[key.replace("__", ".")] == value
-        keep = set(self.summaries.loc[mask, "run_dir"])
-        return Runs(self.summaries[mask].reset_index(drop=True),
-                    self.passes[self.passes["run_dir"].isin(keep)].reset_index(drop=True),
-                    self.prompts[self.prompts["run_dir"].isin(keep)].reset_index(drop=True))
+        return self._keep(set(self.summaries.loc[mask, "run_dir"]))
+
+    def _keep(self, run_dirs: set) -> Runs:
+        def rows(frame):
+            return frame[frame["run_dir"].isin(run_dirs)].reset_index(drop=True) if "run_dir" in frame else frame
+        return Runs(rows(self.summaries), rows(self.passes), rows(self.prompts))
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

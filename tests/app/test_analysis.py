@@ -1,4 +1,4 @@
-"""analysis/: `build.py` on tiny models end to end (runs, profile, both notebooks headless, PNG figures),
+"""analysis/: `build.py` on tiny models end to end (runs, profile, every notebook headless, PNG figures),
 `load.py` on the results and on hand-made rows, and the committed notebooks carry no outputs."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FIGURES = {
                     "policies_equal_budget", "policy_trees_equal_budget", "batch_speedup"],
     "acceptance": ["measured_vs_predicted", "acceptance_depth_rank", "acceptance_vector",
                    "accepted_length_distribution", "tokens_per_pass_by_category"],
+    "sources": ["acceptance_by_source_depth", "winning_source_by_step"],
 }
 
 
@@ -42,7 +43,7 @@ def built(tmp_path_factory):
     return results, figures
 
 
-def test_build_executes_both_notebooks_and_writes_every_figure(built):
+def test_build_executes_every_notebook_and_writes_every_figure(built):
     results, figures = built
     for name in build.NOTEBOOKS:
         executed = nbformat.read(results / "notebooks" / f"{name}.ipynb", as_version=4)
@@ -76,10 +77,15 @@ def test_committed_notebooks_have_no_outputs_and_are_left_untouched_by_the_build
 
 def test_load_runs_matches_metrics_files(built):
     results, _ = built
-    runs = load_runs(results)
-    run_dirs = sorted(p.parent for p in results.rglob("summary.json"))
+    sources = load_runs(results / "sources")  # prompt lookup and hybrid trees on chat and edit prompts
+    assert sorted(zip(sources.summaries["policy"], sources.summaries["data"])) == [
+        ("hybrid", "edit"), ("hybrid", "mtbench"), ("ngram", "edit"), ("ngram", "mtbench")]
+    assert sources.passes["offered_sources"].map(len).sum() > 0
+    runs = load_runs(results).without(results / "sources")
+    run_dirs = sorted(p.parent for p in results.rglob("summary.json") if p.parent.parent.name != "sources")
     sweep_jobs = 2  # the tiny preset's Sequoia sweep: budgets 4, 16 at depth limit 4
     assert len(runs) == len(run_dirs) == len(build.POLICIES) * len(build.DATASETS) + sweep_jobs
+    assert len(load_runs(results)) == len(runs) + len(sources)
     kinds = {"pass": 0, "prompt": 0}
     for run_dir in run_dirs:
         for line in (run_dir / "metrics.jsonl").read_text().splitlines():
