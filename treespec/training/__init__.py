@@ -8,7 +8,8 @@
     distill_data  generating answers, output vocabulary, target features and soft targets by teacher forcing
     train         losses, batching and initialisation for the plain draft and the EAGLE head
     memory        glibc malloc told to keep freed memory while training (no page faults per step)
-    model_card    the trained draft's README.md, written from its training summary
+    model_card    the trained draft's (or Medusa heads') README.md, written from its training summary
+    medusa        Medusa heads by self-distillation on the committed corpus (experiments/train_medusa.py)
     position_agreement  a draft's teacher-forced agreement where decoding passes start and elsewhere
 
 The stages live here; `experiments/train_draft.py` (config: conf/train_draft.yaml) is their Hydra entry point and

@@ -128,3 +128,57 @@ target argmax in the draft's top 4: {heldout.get('target_in_top4', float('nan'))
 Reproduce: `python experiments/train_draft.py` (config `conf/train_draft.yaml`; `training_summary.json`
 holds the exact configuration of this run).
 """
+
+
+def medusa_card(summary: dict) -> str:
+    """The model card of Medusa heads trained by experiments/train_medusa.py (treespec.training.medusa), from
+    their training summary."""
+    cfg, machine = summary["config"], summary["machine"]
+    heads, final, start = summary["num_heads"], summary["final_heldout"], summary["heldout_at_start"]
+    width = cfg["train"]
+    rows = "\n".join(f"| {k} | {start[f'head{k}_agree_top1']:.4f} | {final[f'head{k}_agree_top1']:.4f} | "
+                     f"{final[f'head{k}_top3']:.4f} |" for k in range(1, heads + 1))
+    isa = " ".join(machine["isa"]) or "none of avx2/avx512f/avx512_bf16/amx"
+    notes = f"\n{summary['notes']}" if summary.get("notes") else ""
+    return f"""# Medusa heads for {summary['target']}, trained by treespec
+
+{heads} Medusa heads (Cai et al. 2024; `MedusaHeads` in `treespec/models/medusa_head.py`, `import treespec` registers
+it): head k reads the target's last hidden state h_t (after its final norm) and guesses token t+k+1 as
+`lm_head(h + SiLU(W_k h + b_k))`, with the target's own LM head (shared at run time, frozen, not stored here). Pass
+them as the draft to `treespec.generate` with `{summary['target']}` as the target
+(`treespec.models.load_model("smollm2-135m-medusa")`); every node at depth d of a tree gets head d+1's proposal, so
+trees reach at most {heads} levels below the root (`MedusaDrafter.max_depth`; the policies cap their trees there).
+They cannot decode on their own.
+
+## Data
+- The target's own answers in the committed corpus `{summary['corpus']}`: the first {len(summary['train_shards'])}
+  shards in pool order ({', '.join(summary['train_shards'])}): {summary['answers']} answers,
+  {summary['answer_tokens']} answer tokens ({summary['positions']} positions with their head labels).
+- Held out: {', '.join(summary['heldout_shards'])} (the corpus's last shards, never trained on;
+  {summary['heldout_positions']} positions).
+- Teacher forcing with the target in {summary['teacher_precision']} ({summary['teacher_seconds'] / 60:.1f} min): its
+  normed last hidden states and its top-{cfg['teacher']['keep_top']} log-probabilities at every answer position.
+
+## Architecture
+- {heads} residual blocks h + SiLU(W h + b) ({summary['parameters'] / 1e6:.2f}M parameters, K x (H^2 + H) with
+  H = {summary['hidden_size']}), W and b started at zero
+  (each head started as the target's own next-token guess); stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
+
+## Training
+Head k's loss: cross-entropy against the target's top-{cfg['teacher']['keep_top']} distribution (renormalised) at
+position t+k, from h_t, for every position t from the prompt's last-but-{heads} on (forward KL up to a constant);
+the heads' losses averaged. AdamW (lr {width['lr']}, cosine to {width['min_lr']} after {width['warmup_steps']}
+warm-up steps), {width['positions_per_batch']} random positions per step, {summary['train_steps']} steps
+({summary['train_seconds'] / 60:.1f} min{', bf16 autocast' if summary['train_precision'] == 'bfloat16' else ''}).
+Ran on {machine['cpu']} [ISA: {isa}], {machine['threads']} torch threads, {summary['date']}.{notes}
+
+Held-out, teacher-forced: top-1 agreement of head k with the target's greedy token k positions after the root
+(k + 1 after h's token; before training = the target's own next-token guess), and that token in the head's top 3:
+
+| head k | top-1, start | top-1, trained | in top 3 |
+|---|---|---|---|
+{rows}
+
+Reproduce: `{summary['command'].strip()}` (config `conf/train_medusa.yaml`; `training_summary.json` holds this
+run's configuration).
+"""
