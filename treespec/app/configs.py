@@ -276,8 +276,8 @@ def check_tokenizers(target_name: str, draft_name: str, target_tokenizer) -> Non
     """Fail when the draft ships a tokenizer that differs from the target's."""
     try:
         draft_tokenizer = load_tokenizer(draft_name)
-    except (OSError, TreespecError):
-        return  # a draft directory without its own tokenizer: the vocabulary-size check still applies
+    except (OSError, ValueError, TreespecError):  # ValueError: transformers found a config but no tokenizer files
+        return  # a draft directory without its own tokenizer (Medusa heads): the vocabulary-size check still applies
     if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
         raise ConfigError(f"the draft's tokenizer ({draft_name}) differs from the target's ({target_name}); "
                           "treespec needs a draft that shares the target's tokenizer")
