@@ -94,7 +94,7 @@ def run(cfg: DictConfig) -> dict:
 
         for size in sizes:
             decoders = {(spec.name, m): hf_method(session.target, counter, eos, pad) if m == "hf_generate" else
-                        treespec_method(session.target, session.draft, choices[size, m].policy, counter, eos)
+                        treespec_method(session.target, session.draft, choices[size, m].policy, eos)
                         for m in methods}
             ar_rate = batch_profile.step_costs(size).autoregressive_tokens_per_second if batch_profile else None
 
@@ -109,7 +109,6 @@ def run(cfg: DictConfig) -> dict:
             rows += run_bench(decoders, groups, {spec.name: sampling}, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens,
                               reference="hf_generate" if "hf_generate" in methods else "autoregressive", info=info,
                               on_row=on_row, warmup_tokens=4)
-    counter.remove()
     table = sweep_table(rows)
     print(format_sweep(table))
     plan_rows = [plan.describe() for plan in plans]

@@ -115,8 +115,8 @@ def run(cfg: DictConfig) -> list[dict]:
             else:
                 draft_name = cfg.method_drafts.get(method, cfg.draft)
                 draft = session.other_draft(draft_name)
-                decoders[name, method] = treespec_method(session.target, draft, choices[name, method].policy, counter,
-                                                         eos, session.draft_vocab if draft_name == cfg.draft else None)
+                decoders[name, method] = treespec_method(session.target, draft, choices[name, method].policy, eos,
+                                                         session.draft_vocab if draft_name == cfg.draft else None)
                 if method not in footprints:
                     footprints[method] = {"draft": draft_name if "model" in policy_sources(choices[name, method].policy)
                                           else None, **draft_footprint(session.target, draft, choices[name, method].policy)}
@@ -136,7 +136,6 @@ def run(cfg: DictConfig) -> list[dict]:
         rows = run_bench(decoders, groups, samplings, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens,
                          reference="hf_generate" if "hf_generate" in methods else "autoregressive", info=info,
                          on_row=on_row)
-    counter.remove()
     table = bench_table(rows)
     for row in table:
         row["batch_size"] = size

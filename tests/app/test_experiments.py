@@ -15,14 +15,17 @@ import profile_latency
 import pytest
 import run
 import target_agreement
+import torch
 import yaml
-from conftest import run_inprocess
+from conftest import run_inprocess, tiny_model
 from hydra import compose, initialize_config_dir
 
 from treespec.app.cli import CONF_DIR, register
 from treespec.app.demo import GenerateSchema
+from treespec.eval.bench import PassCounter
 from treespec.eval.reporting import bench_table, format_table
 from treespec.models import layouts
+from treespec.models.lean import lean_unsupported
 from treespec.plan.costs import LatencyProfile
 
 ROOT = Path(__file__).parents[2]
@@ -193,6 +196,18 @@ def test_bench_on_tiny_models(tmp_path):
     assert set(by_source) <= {"greedy/hybrid", "t0.7/hybrid"} and "greedy/hybrid" in by_source
     first = [d for source in by_source["greedy/hybrid"].values() for d in source if d["depth"] == 1]
     assert first and all(0 <= d["accepted"] <= d["offered"] for d in first)
+
+
+def test_the_pass_counter_hooks_the_target_only_while_counting():
+    """A hook left on the target would silently keep the engine off its lean decoder in every treespec method."""
+    model = tiny_model("llama")
+    counter = PassCounter(model)
+    assert lean_unsupported(model) is None
+    with counter.counting():
+        assert lean_unsupported(model) is not None
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+        model(input_ids=torch.tensor([[4]]))
+    assert counter.calls == 2 and lean_unsupported(model) is None
 
 
 def test_bench_table_arithmetic():

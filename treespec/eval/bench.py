@@ -4,11 +4,13 @@ A group is B prompts decoded together (B = 1: one prompt). For each group and sa
 the order shifted by one per group so that no method always runs first; greedy outputs are compared with a
 reference method's (transformers' `generate`, or treespec's autoregressive loop). Methods are functions
 (group, sampling, seed, max_new_tokens) -> `Run`; `treespec_method` and `hf_method` make the two kinds. Target
-passes are counted the same way for every method: a forward pre-hook on the target (`PassCounter`).
+passes are counted by a forward pre-hook on the target around transformers' runs (`PassCounter`) and from the
+engine's own step counts for treespec's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,17 +37,25 @@ Method = Callable[[list[list[int]], SamplingConfig, int, int], Run]
 
 
 class PassCounter:
-    """Counts forward calls of a model (one per target pass) through a forward pre-hook."""
+    """Counts forward calls of a model (one per target pass) through a forward pre-hook, only inside `counting()`:
+    a hook left on the target would keep treespec's engine off its lean decoder (which runs no hooks) for every
+    other method (treespec.models.lean.lean_unsupported)."""
 
     def __init__(self, model: torch.nn.Module):
+        self.model, self.calls = model, 0
+
+    @contextlib.contextmanager
+    def counting(self):
+        """Count the calls made inside the block (from zero)."""
         self.calls = 0
-        self.handle = model.register_forward_pre_hook(self._hook)
+        handle = self.model.register_forward_pre_hook(self._hook)
+        try:
+            yield self
+        finally:
+            handle.remove()
 
     def _hook(self, *_):
         self.calls += 1
-
-    def remove(self) -> None:
-        self.handle.remove()
 
 
 def hf_generate(target, assistant, batch: list[list[int]], sampling: SamplingConfig, max_new_tokens: int,
@@ -76,23 +86,23 @@ def hf_method(target, counter: PassCounter, eos: int | None, pad: int, assistant
     """transformers' generate (assisted with `assistant`) as a bench method."""
 
     def run(group, sampling, seed, max_new_tokens) -> Run:
-        counter.calls = 0
-        outputs = hf_generate(target, assistant, group, sampling, max_new_tokens, eos, pad, seed)
+        with counter.counting():
+            outputs = hf_generate(target, assistant, group, sampling, max_new_tokens, eos, pad, seed)
         return Run(outputs, counter.calls * len(group), counter.calls)
 
     return run
 
 
-def treespec_method(target, draft, policy, counter: PassCounter, eos: int | None, draft_vocab=None) -> Method:
-    """treespec's engine with a tree policy as a bench method (row b of a group draws from seed + b)."""
+def treespec_method(target, draft, policy, eos: int | None, draft_vocab=None) -> Method:
+    """treespec's engine with a tree policy as a bench method (row b of a group draws from seed + b); its forward
+    calls are the prefill and the batch's steps (the longest row's passes)."""
 
     def run(group, sampling, seed, max_new_tokens) -> Run:
-        counter.calls = 0
         outs = generate_batch(target, draft, group, tree=policy, max_new_tokens=max_new_tokens,
                               temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed,
                               eos_token_id=eos, draft_vocab=draft_vocab)
-        return Run([o.tokens for o in outs], sum(o.target_passes for o in outs), counter.calls,
-                   source_counts(outs) or None)
+        return Run([o.tokens for o in outs], sum(o.target_passes for o in outs),
+                   1 + max(o.target_passes for o in outs), source_counts(outs) or None)
 
     return run
 
