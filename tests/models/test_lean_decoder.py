@@ -238,3 +238,15 @@ def test_a_long_prompt_hands_the_mask_to_torchs_grouped_attention(monkeypatch):
     mask = torch.zeros(1, 1, 3, 9)
     assert attention.group_mask(mask, 2) is mask
     torch.testing.assert_close(_hidden_both_ways(model, torch.float32)[1], expected, atol=1e-6, rtol=0)
+
+
+def test_transformers_output_capturing_hooks_leave_the_lean_pass_on():
+    """transformers leaves inactive output-capturing hooks on a model's layers once it was asked for hidden states
+    (an EAGLE prefill): the lean pass must stay on after that; any other hook still turns it off."""
+    model = tiny_model("llama")
+    model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert any(m._forward_hooks for m in model.modules())  # what transformers installed
+    assert lean_unsupported(model) is None and lean_decoder(model) is not None
+    handle = model.model.layers[0].register_forward_hook(lambda *_: None)
+    assert "hooks" in lean_unsupported(model)
+    handle.remove()

@@ -47,6 +47,14 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
 
+def _foreign_hooks(module: torch.nn.Module) -> list:
+    """The module's forward hooks other than transformers' output-capturing ones: transformers installs those on a
+    model's layers the first time it is asked for hidden states (an EAGLE or Medusa prefill) and leaves them there,
+    inactive unless transformers itself is collecting outputs, which a lean pass never asks it to."""
+    return [hook for hook in module._forward_hooks.values()
+            if getattr(hook, "__module__", "") != "transformers.utils.output_capturing"]
+
+
 def lean_unsupported(model: torch.nn.Module) -> str | None:
     """Why `LeanDecoder` cannot run `model`, or None when it can."""
     config = getattr(model, "config", None)
@@ -62,7 +70,7 @@ def lean_unsupported(model: torch.nn.Module) -> str | None:
     if model.training:
         return "training mode (dropout)"
     if getattr(model, "hf_device_map", None) or any(
-            module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook") for module in model.modules()):
+            _foreign_hooks(module) or module._forward_pre_hooks or hasattr(module, "_hf_hook") for module in model.modules()):
         return "forward hooks or accelerate dispatch, which a lean pass would skip"
     if len(decoder.layers) != config.num_hidden_layers:
         return f"{len(decoder.layers)} layers where the config says {config.num_hidden_layers}"
