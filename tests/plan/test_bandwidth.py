@@ -1,7 +1,6 @@
 """The bandwidth bound: the bytes a 1-token pass reads, and the measured read bandwidth."""
 
 import pytest
-import torch
 from conftest import tiny_model
 
 from treespec.models.layouts import set_linear_layout
@@ -39,4 +38,3 @@ def test_bandwidth_is_measured_and_bounds_a_pass():
     assert 0.1 < bandwidth < 10_000
     model = tiny_model("llama")
     assert bandwidth_bound_ms(model, 16, bandwidth) == pytest.approx(pass_bytes(model, 16).total / bandwidth / 1e6)
-    assert torch.get_num_threads() >= 1

@@ -55,6 +55,7 @@ class Session:
     names: dict[str, Optional[str]]  # target and draft as asked for (names or directories)
     progress: Optional[Progress] = None
     _profiles: dict[int, tuple[Optional[LatencyProfile], str]] = field(default_factory=dict)
+    _drafts: dict[str, Any] = field(default_factory=dict)  # other drafts by name, loaded once
 
     @property
     def target(self):
@@ -110,9 +111,14 @@ class Session:
 
     def other_draft(self, name: str):
         """Another draft for the same target (a method's own draft, the assisted-generation assistant), in the dtype
-        (without a bf16 EAGLE output layer) and layout chosen for the pair's draft."""
+        (without a bf16 EAGLE output layer) and layout chosen for the pair's draft; loaded once per name."""
         if name == self.names["draft"] and self.pair.draft is not None:
             return self.pair.draft
+        if name not in self._drafts:
+            self._drafts[name] = self._load_draft(name)
+        return self._drafts[name]
+
+    def _load_draft(self, name: str):
         if name == LAYER_SKIP:
             return with_layer_skip(self.pair, progress=self.progress).draft
         other = load_pair(self.names["target"], name, hardware="none", device=next(self.target.parameters()).device,

@@ -51,6 +51,8 @@ class StepPrices(Protocol):
     def target_cost(self, nodes: int) -> float: ...
 
     def draft_cost(self, width: int) -> float: ...
+
+
 MAX_RANK = 4  # ranks from this one on share the statistics of the last
 
 
@@ -63,9 +65,13 @@ class SourceStats:
         self.accepted = {s: np.zeros((depth, MAX_RANK)) for s in SOURCES}
         self.model_steps, self.model_accepted = 0, 0
 
+    def _cell(self, source: str, depth: int, rank: int) -> tuple[int, int]:
+        """The counters' index of a node: deeper depths share the last row, higher ranks the last column."""
+        return min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)
+
     def rate(self, source: str, depth: int, rank: int) -> float:
-        d, r = min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)
-        return (self.accepted[source][d, r] + 1) / (self.proposed[source][d, r] + 2)
+        cell = self._cell(source, depth, rank)
+        return (self.accepted[source][cell] + 1) / (self.proposed[source][cell] + 2)
 
     def model_length(self) -> float:
         """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
@@ -80,17 +86,18 @@ class SourceStats:
                 continue
             depth, rank = shape.depths[node], shape.ranks[node]
             for source in tree.sources[node].split("+"):
-                self.proposed[source][min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)] += 1
+                cell = self._cell(source, depth, rank)
+                self.proposed[source][cell] += 1
                 if node in on_path:
-                    self.accepted[source][min(depth, len(self.accepted[source])) - 1, min(rank, MAX_RANK - 1)] += 1
+                    self.accepted[source][cell] += 1
         if model_drafted:
             self.model_steps += 1
             self.model_accepted += sum("model" in tree.sources[n] for n in accepted[1:])
 
-    def table(self) -> dict[str, list[list[float]]]:
-        """The rates by source, depth and rank (for reports)."""
-        return {s: [[round(self.rate(s, d + 1, r), 4) for r in range(MAX_RANK)] for d in range(len(self.proposed[s]))]
-                for s in SOURCES}
+
+def _unforwarded(node: int) -> int:
+    """The drafter id of a merged tree's node that the model's drafter never saw (its own ids are >= 0)."""
+    return -100_000 - node
 
 
 def _mode(sampling: SamplingConfig) -> str:
@@ -232,7 +239,7 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
             tokens.append(token)
             parents.append(parent)
             sources.append("ngram")
-            ids.append(-100_000 - found)  # never forwarded by the model's drafter
+            ids.append(_unforwarded(found))
             children[parent][token] = found
         elif "ngram" not in sources[found]:
             sources[found] += "+ngram"
@@ -303,7 +310,7 @@ class Hybrid:
             if not use_model[row]:  # its n-gram tree alone; the model's nodes for it were drafted for the others
                 size = ngram_tree.shape.size
                 trees.append(DraftTree(ngram_tree.tokens, ngram_tree.shape, None, mode,
-                                       (0,) + tuple(-100_000 - n for n in range(1, size)), ngram_tree.sources))
+                                       (0,) + tuple(_unforwarded(n) for n in range(1, size)), ngram_tree.sources))
                 continue
             model_tree = DraftTree(model_tree.tokens, model_tree.shape, None, mode, model_tree.drafter_ids,
                                    ("",) + ("model",) * (model_tree.shape.size - 1))

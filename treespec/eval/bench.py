@@ -22,6 +22,7 @@ from treespec.api import generate_batch
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters.policies import policy_sources
 from treespec.eval.reporting import source_counts
+from treespec.plan.bandwidth import tensor_bytes
 from treespec.plan.costs import measure_latency
 
 
@@ -115,15 +116,8 @@ def draft_footprint(target, draft, policy) -> dict[str, float]:
     if draft is None or "model" not in policy_sources(policy):
         return {"draft_cost": 0.0, "draft_mb": 0.0}
     measured = measure_latency(target, draft, sizes=(1,), draft_widths=(1,), prefix_len=256, repeats=5, warmup=1)
-    own = 0
-    if isinstance(draft, torch.nn.Module):
-        shared = {t.untyped_storage().data_ptr() for t in [*target.parameters(), *target.buffers()]}
-        seen = set()
-        for tensor in [*draft.parameters(), *draft.buffers()]:
-            pointer = tensor.untyped_storage().data_ptr()
-            if pointer not in shared and pointer not in seen:
-                seen.add(pointer)
-                own += tensor.untyped_storage().nbytes()
+    own = tensor_bytes([*draft.parameters(), *draft.buffers()], excluding=[*target.parameters(), *target.buffers()]) \
+        if isinstance(draft, torch.nn.Module) else 0
     return {"draft_cost": round(measured.draft_ms[1][1] / measured.target_ms[1][1], 4), "draft_mb": round(own / 1e6, 1)}
 
 

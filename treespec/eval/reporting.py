@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +30,23 @@ def pass_rows(generation: Generation, meta: dict[str, Any]) -> list[dict[str, An
     ]
 
 
-def source_counts(generations: Sequence[Generation]) -> dict[str, dict[int, list[int]]]:
-    """{source: {depth d: [candidates offered at d, accepted at d]}} over the steps of trees from several sources
-    (`StepStats.offered_sources`; {} for single-source trees). A candidate is offered at depth d when its parent,
-    at depth d - 1, was accepted."""
+def count_sources(steps: Iterable[tuple[Sequence[Sequence[str]], Sequence[str]]]) -> dict[str, dict[int, list[int]]]:
+    """{source: {depth d: [candidates offered at d, accepted at d]}} from (offered_sources, accepted_sources) pairs,
+    one per target pass (`StepStats` fields, or the same columns of pass rows). A candidate is offered at depth d
+    when its parent, at depth d - 1, was accepted."""
     counts: dict[str, dict[int, list[int]]] = {}
-    for generation in generations:
-        for step in generation.steps:
-            for depth, offered in enumerate(step.offered_sources, start=1):
-                for source in offered:
-                    counts.setdefault(source, {}).setdefault(depth, [0, 0])[0] += 1
-                if depth <= len(step.accepted_sources):
-                    counts.setdefault(step.accepted_sources[depth - 1], {}).setdefault(depth, [0, 0])[1] += 1
+    for offered_by_depth, accepted in steps:
+        for depth, offered in enumerate(offered_by_depth, start=1):
+            for source in offered:
+                counts.setdefault(source, {}).setdefault(depth, [0, 0])[0] += 1
+            if depth <= len(accepted):
+                counts.setdefault(accepted[depth - 1], {}).setdefault(depth, [0, 0])[1] += 1
     return counts
+
+
+def source_counts(generations: Sequence[Generation]) -> dict[str, dict[int, list[int]]]:
+    """`count_sources` over every step of `generations` ({} for single-source trees)."""
+    return count_sources((s.offered_sources, s.accepted_sources) for g in generations for s in g.steps)
 
 
 def acceptance_by_source(counts: Sequence[dict]) -> dict[str, list[dict[str, float]]]:

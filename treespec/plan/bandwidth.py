@@ -30,11 +30,14 @@ class PassBytes:
         return self.weights + self.kv_cache
 
 
-def _tensor_bytes(tensors) -> int:
+def tensor_bytes(tensors, excluding=()) -> int:
+    """Bytes of the distinct tensors among `tensors` (a tensor listed twice counts once), leaving out those that share
+    storage with a tensor of `excluding` (e.g. a head's tensors that are its target's)."""
+    shared = {t.untyped_storage().data_ptr() for t in excluding}
     seen, total = set(), 0
     for tensor in tensors:
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key not in seen:
+        if key not in seen and key[0] not in shared:
             seen.add(key)
             total += tensor.numel() * tensor.element_size()
     return total
@@ -44,7 +47,7 @@ def pass_bytes(model: torch.nn.Module, prefix_len: int) -> PassBytes:
     """What a 1-token pass of a causal LM reads after `prefix_len` cached tokens: its parameters and buffers (4-bit
     codes and scales as stored), less the second copies of a two-copy layout (treespec.models.layouts) and the
     input embedding unless it is the LM head; plus 2 x layers x kv_heads x head_dim x prefix_len cache entries."""
-    weights = _tensor_bytes([*model.parameters(), *model.buffers()]) - extra_bytes(model)
+    weights = tensor_bytes([*model.parameters(), *model.buffers()]) - extra_bytes(model)
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     head_weight = getattr(head, "weight", None) if head is not None else None
     if head_weight is None or embedding.weight.data_ptr() != head_weight.data_ptr():

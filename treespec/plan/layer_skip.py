@@ -5,7 +5,8 @@
    averaged over the tokens: a layer that barely turns the residual stream changes little when skipped.
 2. For a ladder of skip counts k, the k least influential layers are skipped and the draft's top-1 agreement with
    the target, alpha_k, is measured teacher-forced over the same text (the greedy acceptance of a chain).
-3. Each candidate's draft pass (one token over a cached prefix) is timed against the target's, c_k = t_k / t.
+3. Each candidate's draft level (one node over a cached prefix, through the engine's drafter) is timed against a
+   1-token target pass, c_k (`draft_costs`).
 4. The chosen k maximises the predicted chain speedup max_{d >= 1} (1 + alpha + ... + alpha^d) / (t(d+1) + d c_k),
    with t(n) the target's relative pass time (1 without a profile). It can be below 1: on a small target whose LM
    head is a large share of a pass, no skip set pays (the search says so; the draft is still the best there is).
@@ -15,7 +16,7 @@ layout) and calibration, caches the choice with its measured draft costs c(w) be
 reuses it.
 
 SWIFT (Xia et al., 2024) searches skip sets by Bayesian optimisation over acceptance and cost; this search is a
-cheaper deterministic ladder (1 + |ladder| teacher-forced passes).
+cheaper deterministic ladder (1 + |ladder| teacher-forced passes and timings).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from statistics import median
 from typing import Any
 
 import torch
@@ -92,31 +92,6 @@ def agreement(target: torch.nn.Module, draft: LayerSkip, sequences: Sequence[Seq
     return same / max(total, 1)
 
 
-@torch.inference_mode()
-def pass_ms(target: torch.nn.Module, layers: Sequence[int] | None, *, prefix_len: int = 256, repeats: int = 7) -> float:
-    """Median ms of one 1-token pass through `layers` (None: all) and the LM head over a `prefix_len` cache."""
-    lean = _lean(target)
-    device = next(target.parameters()).device
-    dtype = next(target.parameters()).dtype
-    count = len(layers) if layers is not None else target.config.get_text_config().num_hidden_layers
-    cache = new_cache(target, prefix_len + 1, layers=count)
-    vocab = target.config.get_text_config().vocab_size
-    ids = torch.randint(0, min(vocab, 1000), (1, prefix_len), device=device, generator=torch.Generator().manual_seed(0))
-    lean(ids, torch.arange(prefix_len, device=device)[None],
-         causal_mask(torch.tensor([prefix_len], device=device), prefix_len, dtype), cache, layers=layers)
-    token, position = ids[:, :1], torch.tensor([[prefix_len]], device=device)
-    mask = torch.zeros(1, 1, 1, prefix_len + 1, dtype=dtype, device=device)
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        hidden, _ = lean(token, position, mask, cache, layers=layers)
-        target.get_output_embeddings()(hidden)
-        times.append(time.perf_counter() - start)
-        for layer in cache.layers:
-            layer.truncate(prefix_len)
-    return 1000 * median(times[1:])
-
-
 def predicted_speedup(alpha: float, cost: float, relative_latency: Mapping[int, float] | None = None,
                       max_depth: int = 8) -> tuple[float, int]:
     """(best predicted speedup of a chain of depth >= 1 over autoregressive decoding, its depth; below 1 when no
@@ -149,39 +124,37 @@ def search_layer_skip(target: torch.nn.Module, sequences: Sequence[Sequence[int]
     started = time.perf_counter()
     layers = target.config.get_text_config().num_hidden_layers
     counts = [k for k in (counts or skip_ladder(layers)) if 0 < k < layers]
-    total = 2 + 2 * len(counts)
+    total = 1 + 2 * len(counts)
     tick = (lambda what, done: progress(what, done, total)) if progress else (lambda what, done: None)
     influence, greedy = layer_influence(target, sequences, answer_starts)
     order = sorted(range(layers), key=lambda i: influence[i])  # least influential first
     tick("layer influence", 1)
-    full_ms = pass_ms(target, None, prefix_len=prefix_len)
-    tick("target pass", 2)
     candidates = []
     for k in counts:
         draft = LayerSkip(tuple(order[:k]), layers)
         alpha = agreement(target, draft, sequences, answer_starts, greedy)
-        tick(f"skip {k}: agreement", 2 + 2 * len(candidates) + 1)
-        cost = pass_ms(target, draft.layers, prefix_len=prefix_len) / full_ms
+        tick(f"skip {k}: agreement", 1 + 2 * len(candidates) + 1)
+        cost = draft_costs(target, draft, widths=(1,), prefix_len=prefix_len)[1]
         speedup, depth = predicted_speedup(alpha, cost, relative_latency)
         candidates.append({"skip_count": k, "skip": list(draft.skip), "agreement": round(alpha, 4),
                            "cost": round(cost, 4), "predicted_speedup": round(speedup, 4), "chain_depth": depth})
-        tick(f"skip {k}: cost", 2 + 2 * len(candidates))
+        tick(f"skip {k}: cost", 1 + 2 * len(candidates))
     best = max(candidates, key=lambda c: c["predicted_speedup"])
-    search = {"influence": [round(v, 5) for v in influence], "target_pass_ms": round(full_ms, 3),
-              "candidates": candidates, "chosen": best["skip_count"],
+    search = {"influence": [round(v, 5) for v in influence], "candidates": candidates, "chosen": best["skip_count"],
               "calibration_tokens": sum(len(q) - s for q, s in zip(sequences, answer_starts)),
               "seconds": round(time.perf_counter() - started, 1)}
     return LayerSkip(tuple(best["skip"]), layers, search)
 
 
-LAYER_SKIP_VERSION = 1  # bump when what the search measures changes
+LAYER_SKIP_VERSION = 2  # bump when what the search measures changes
 Calibration = Callable[[], tuple[list[list[int]], list[int]]]  # () -> (sequences, answer starts)
 
 
-def draft_costs(target: torch.nn.Module, draft: LayerSkip, *, prefix_len: int = 256, repeats: int = 5) -> dict[int, float]:
-    """c(w): one draft level of w nodes (the engine's drafter, masks included) / one 1-token target pass, measured
-    together (treespec.plan.costs.measure_latency)."""
-    measured = measure_latency(target, draft, sizes=(1,), draft_widths=DRAFT_WIDTHS, prefix_len=prefix_len,
+def draft_costs(target: torch.nn.Module, draft: LayerSkip, *, widths: Sequence[int] = DRAFT_WIDTHS,
+                prefix_len: int = 256, repeats: int = 5) -> dict[int, float]:
+    """c(w) for w in `widths`: one draft level of w nodes (the engine's drafter, masks included) / one 1-token
+    target pass, measured together (treespec.plan.costs.measure_latency)."""
+    measured = measure_latency(target, draft, sizes=(1,), draft_widths=widths, prefix_len=prefix_len,
                                repeats=repeats, warmup=1)
     base = measured.target_ms[1][1]
     return {int(w): ms / base for w, ms in sorted(measured.draft_ms[1].items())}
