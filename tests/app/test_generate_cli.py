@@ -72,6 +72,15 @@ def test_dynamic_tree_and_prompt_file(tmp_path):
     assert report(result.stdout)["tree"].startswith("dynamic, budget 10, depth 6")
 
 
+@pytest.mark.parametrize("drafter", ["ngram", "lookahead"])
+def test_model_free_drafters_from_the_command_line(drafter):
+    result = run_cli(*TINY, f"draft={drafter}", "compare=true", "max_new_tokens=12", "prompt=a b a b a b")
+    assert result.returncode == 0, result.stderr
+    rows = report(result.stdout)
+    assert rows["tree"].startswith(drafter) and rows["outputs identical"] == "yes"
+    assert "loading target" in result.stderr and "and draft" not in result.stderr  # no draft model loaded
+
+
 @pytest.mark.parametrize("args, message", [
     (["tree.budgett=3"], "Could not override 'tree.budgett'"),
     (["tree=nope"], "Could not find 'tree/nope'"),

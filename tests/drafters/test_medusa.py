@@ -15,7 +15,7 @@ from treespec.drafters import MedusaDrafter, make_drafter
 from treespec.errors import ConfigError
 from treespec.eval.data import encode_chat
 from treespec.models import load_model
-from treespec.models.medusa_head import MedusaConfig, MedusaHeads, new_heads
+from treespec.models.medusa_head import MedusaConfig, MedusaHeads, new_heads, with_proposal_vocab
 from treespec.training import distill_data
 from treespec.training.medusa import Positions, flatten, head_loss
 
@@ -171,9 +171,32 @@ def test_heads_save_load_and_dispatch(pair, tmp_path):
     loaded = load_model(tmp_path)
     assert isinstance(loaded, MedusaHeads) and loaded.config.num_heads == K
     assert all(torch.equal(a, b) for a, b in zip(heads.state_dict().values(), loaded.state_dict().values()))
-    assert isinstance(make_drafter(loaded, target, 64), MedusaDrafter)
-    with pytest.raises(ConfigError, match="vocabulary subset"):
-        make_drafter(loaded, target, 64, torch.arange(8))
+    assert isinstance(make_drafter(loaded, target, 64), MedusaDrafter) and loaded.vocab.numel() == 0
+
+
+def test_a_proposal_vocabulary_is_stored_with_the_heads_and_restricts_every_level(pair, tmp_path):
+    target, heads = pair
+    prompt = PROMPTS[2]
+    full = treespec.generate(target, heads, prompt, tree=policies.Dynamic(6, 4, 3), max_new_tokens=16)
+    ids = torch.tensor(sorted(set(full.tokens + prompt)))  # the tokens this run needs (and no others)
+    restricted = with_proposal_vocab(new_heads(target, K), ids)
+    restricted.load_state_dict({k: v for k, v in heads.state_dict().items() if k != "vocab"}, strict=False)
+    restricted.save_pretrained(tmp_path)
+    loaded = load_model(tmp_path)
+    assert loaded.config.proposal_vocab == len(ids) and torch.equal(loaded.vocab, ids)
+    drafter = OneRow(MedusaDrafter(loaded, target))
+    with torch.inference_mode():
+        drafter.reset(prompt, _features(target, prompt))
+        logits = drafter.root_logits(prompt[-1])
+    outside = torch.ones(target.config.vocab_size, dtype=torch.bool)
+    outside[ids] = False
+    assert torch.isinf(logits[outside]).all() and torch.isfinite(logits[ids]).all()
+    out = treespec.generate(target, loaded, prompt, tree=policies.Dynamic(6, 4, 3), max_new_tokens=16)
+    assert out.tokens == full.tokens
+    explicit = MedusaDrafter(heads, target, torch.tensor([1, 2, 3]))  # an explicit subset overrides the heads' own
+    assert explicit.lm_head.vocab.tolist() == [1, 2, 3]
+    with pytest.raises(ConfigError, match="distinct token ids"):
+        with_proposal_vocab(new_heads(target, K), torch.tensor([1, 1]))
 
 
 def test_heads_for_another_target_are_refused(pair):

@@ -49,7 +49,7 @@ def test_subset_logits_are_the_full_logits_restricted(arch, layout):
     draft = layouts.set_linear_layout(tiny_model(arch, seed=1, layers=1), layout)
     vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
     full, sub = OneRow(CausalLMDrafter(draft, 64)), OneRow(CausalLMDrafter(draft, 64, vocab))
-    assert (sub.drafter._onednn is not None) == (layout == "onednn")
+    assert (sub.drafter.subset.onednn is not None) == (layout == "onednn")
     outside = torch.ones(64, dtype=torch.bool)
     outside[vocab] = False
     with torch.inference_mode():
@@ -121,17 +121,17 @@ def test_subset_head_keeps_the_transposed_layout():
     draft = transpose_linear_storage(tiny_model("llama", seed=1, layers=1))
     vocab = torch.tensor([1, 5, 9, 33])
     drafter = CausalLMDrafter(draft, 32, vocab)
-    assert drafter._weight.t().is_contiguous() and not drafter._weight.is_contiguous()
-    assert torch.equal(drafter._weight, draft.lm_head.weight[vocab])
+    assert drafter.subset.weight.t().is_contiguous() and not drafter.subset.weight.is_contiguous()
+    assert torch.equal(drafter.subset.weight, draft.lm_head.weight[vocab])
 
 
 def test_the_sliced_head_is_built_once_per_head_and_vocabulary():
     draft = tiny_model("llama", seed=1, layers=1)
     vocab = torch.tensor([1, 5, 9, 33])
     first, again = CausalLMDrafter(draft, 32, vocab), CausalLMDrafter(draft, 32, vocab.clone())
-    assert again._weight is first._weight  # reused: building it is slow for large heads
-    assert CausalLMDrafter(draft, 32, torch.tensor([1, 5, 9]))._weight.shape[0] == 3  # another vocabulary: rebuilt
+    assert again.subset.weight is first.subset.weight  # reused: building it is slow for large heads
+    assert CausalLMDrafter(draft, 32, torch.tensor([1, 5, 9])).subset.weight.shape[0] == 3  # another vocabulary: rebuilt
     with torch.no_grad():
         draft.lm_head.weight.mul_(2)  # changed in place: rebuilt from the new values
     changed = CausalLMDrafter(draft, 32, vocab)
-    assert changed._weight is not first._weight and torch.equal(changed._weight, draft.lm_head.weight[vocab])
+    assert changed.subset.weight is not first.subset.weight and torch.equal(changed.subset.weight, draft.lm_head.weight[vocab])

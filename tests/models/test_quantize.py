@@ -108,7 +108,7 @@ def test_a_vocabulary_subset_of_a_4_bit_head_is_its_logits_restricted():
     draft = quantized("qwen2", seed=1, layers=1)
     vocab = torch.tensor([0, 3, 4, 10, 17, 40, 63])
     full, sub = OneRow(CausalLMDrafter(draft, 64)), OneRow(CausalLMDrafter(draft, 64, vocab))
-    assert sub.drafter._int4 is not None and sub.drafter._int4.out_features == 7
+    assert sub.drafter.subset.int4 is not None and sub.drafter.subset.int4.out_features == 7
     with torch.inference_mode():
         for d in (full, sub):
             d.reset([3, 17, 5, 9])
@@ -125,7 +125,8 @@ def test_a_vocabulary_subset_of_a_head_quantized_in_inference_mode():
     with torch.inference_mode():
         draft = quantize_draft_weights(tiny_model("qwen2", seed=1, layers=1), "int4")
         first, again = OneRow(CausalLMDrafter(draft, 64, vocab)), OneRow(CausalLMDrafter(draft, 64, vocab))
-        assert again.drafter._int4 is first.drafter._int4 and first.drafter._int4.out_features == 7  # built once
+        head = first.drafter.subset.int4
+        assert again.drafter.subset.int4 is head and head.out_features == 7  # built once
         for d in (first, again):
             d.reset([3, 17, 5, 9])
         assert torch.equal(first.root_logits(9), again.root_logits(9))

@@ -60,7 +60,7 @@ def trained(tmp_path_factory):
                             teacher=MedusaTeacherSpec(keep_top=5, dtype="float32"),
                             train=MedusaOptimSpec(positions_per_batch=64, max_steps=40, dtype="float32", lr=1e-2,
                                                   warmup_steps=2, eval_every=20),
-                            export=MedusaExportSpec(dir=str(root / "heads"), dtype="float32"))
+                            export=MedusaExportSpec(dir=str(root / "heads"), dtype="float32", proposal_vocab=24))
     (root / "run").mkdir()
     return target, run(cfg, root / "run"), root
 
@@ -75,6 +75,8 @@ def test_training_exports_heads_that_reload_and_decode_losslessly(trained):
     expected = treespec.autoregressive(target, prompt, max_new_tokens=20).tokens
     got = treespec.generate(target, heads, prompt, tree=policies.Dynamic(budget=6, depth=3, topk=2), max_new_tokens=20)
     assert got.tokens == expected and got.mean_accepted > 1.0
+    assert 24 <= heads.vocab.numel() <= 27 and heads.config.proposal_vocab == heads.vocab.numel()  # + special ids
+    assert sum(t in set(heads.vocab.tolist()) for t in expected) > len(expected) / 2  # frequent tokens are kept
 
 
 def test_summary_and_card_report_per_head_agreement(trained):
@@ -88,6 +90,8 @@ def test_summary_and_card_report_per_head_agreement(trained):
     card = (out / "README.md").read_text()
     assert "| 1 |" in card and "| 2 |" in card and summary["machine"]["cpu"] in card
     assert "python experiments/train_medusa.py" in card
+    coverage = summary["proposal_vocab"]["heldout_coverage"]
+    assert 0.3 < coverage <= 1.0 and f"{100 * coverage:.1f}% of the held-out answer tokens" in card
     assert len(list((root / "run" / "teacher" / "float32").glob("*.pt"))) == 3  # cached teacher passes
     assert len((root / "run" / "train_log.jsonl").read_text().splitlines()) == 41
 

@@ -17,7 +17,7 @@ import torch
 from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import TreeShape, chain, kary
 from treespec.drafters.policies import CHILDREN_MODES, Adaptive, Dynamic, Static
-from treespec.drafters.sources import Hybrid, NGram
+from treespec.drafters.sources import Hybrid, Lookahead, NGram
 from treespec.errors import ConfigError, TreespecError
 from treespec.eval.data import Prompt, encode_prompt, load_prompts
 from treespec.models.layouts import set_linear_layout
@@ -27,7 +27,8 @@ from treespec.plan.hardware import Progress, ResolvedHardware, auto_profile, bat
 from treespec.plan.optimizer import expected_tokens, sequoia_tree
 from treespec.plan.planner import plan_tree
 
-POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file", "ngram", "hybrid")
+POLICIES = ("autoregressive", "chain", "kary", "paths", "sequoia", "dynamic", "adaptive", "file", "ngram", "lookahead",
+            "hybrid")
 
 
 @dataclass
@@ -77,6 +78,9 @@ class TreeSpec:
     ngram_budget: int = 12  # ngram / hybrid: nodes of the prompt-lookup trie (hybrid: added to the model's tree)
     ngram_depth: int = 10  # ngram / hybrid: levels of the prompt-lookup trie, root included
     max_ngram: int = 4  # ngram / hybrid: the longest suffix looked up
+    window: Optional[int] = None  # lookahead: Jacobi guesses per step (None: 4); hybrid: a lookahead pool too (None: none)
+    ngram_size: int = 4  # lookahead (and hybrid with a window): N of the pool's n-grams
+    prompt_lookup: bool = False  # lookahead: search the row's own text too (hybrid always does)
 
 
 @dataclass
@@ -163,7 +167,7 @@ def latency_profile(spec: HardwareSpec) -> Optional[LatencyProfile]:
 
 def needs_draft_model(tree: TreeSpec) -> bool:
     """Whether a tree drafts from the draft model (autoregressive decoding and prompt lookup need none)."""
-    return tree.policy not in ("autoregressive", "ngram")
+    return tree.policy not in ("autoregressive", "ngram", "lookahead")
 
 
 def needs_hardware(tree: TreeSpec) -> bool:
@@ -209,11 +213,16 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         policy = NGram(tree.ngram_budget, tree.ngram_depth, tree.max_ngram)
         info.update(policy.describe())
         return PolicyChoice(policy, info)
+    if tree.policy == "lookahead":
+        policy = Lookahead(tree.ngram_budget, tree.ngram_depth, 4 if tree.window is None else tree.window, tree.ngram_size,
+                           prompt_lookup=tree.prompt_lookup, max_ngram=tree.max_ngram, costs=costs)
+        info.update(policy.describe())
+        return PolicyChoice(policy, info)
     if tree.policy == "hybrid":
         if tree.budget is None or tree.max_depth is None:
             raise ConfigError("tree=hybrid needs tree.budget and tree.max_depth (its model part: a dynamic tree)")
         policy = Hybrid(Dynamic(tree.budget, tree.max_depth, tree.topk), tree.ngram_budget, tree.ngram_depth,
-                        tree.max_ngram, costs=costs)
+                        tree.max_ngram, window=tree.window or 0, ngram_size=tree.ngram_size, costs=costs)
         info.update({k: v for k, v in policy.describe().items() if k != "model_policy"}, topk=tree.topk)
         return PolicyChoice(policy, info)
     if tree.policy == "adaptive":

@@ -7,6 +7,7 @@
     python -m treespec.generate tree=sequoia tree.budget=16 compare=true
     python -m treespec.generate tree=dynamic sampling=t0.7 seed=1
     python -m treespec.generate draft=ngram prompt_file=edit_me.txt      # prompt lookup: no draft model at all
+    python -m treespec.generate draft=lookahead                         # lookahead decoding: no draft model either
     python -m treespec.generate draft=hybrid                            # the draft's tree and prompt lookup in one
     python -m treespec.generate --help
 
@@ -55,7 +56,7 @@ class GenerateSchema(DecodeSpec):
     batch: bool = False  # decode all prompts (prompt_file) as one batch with treespec.generate_batch
 
 
-DRAFTER_NAMES = ("ngram", "hybrid")  # draft=<one of these> picks a drafting method instead of a draft model
+DRAFTER_NAMES = ("ngram", "lookahead", "hybrid")  # draft=<one of these> picks a drafting method instead of a draft model
 
 
 class IncrementalDecoder:
@@ -123,7 +124,7 @@ def run(cfg: DictConfig) -> None:
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     tree_spec, hardware_spec = cli.to_spec(TreeSpec, cfg.tree), cli.to_spec(HardwareSpec, cfg.hardware)
     draft = cfg.draft
-    if draft in DRAFTER_NAMES:  # draft=ngram | hybrid: a drafting method, not a model (tree=<it>, its defaults)
+    if draft in DRAFTER_NAMES:  # draft=ngram | lookahead | hybrid: a drafting method, not a model (tree=<it>, its defaults)
         tree_spec = cli.to_spec(TreeSpec, OmegaConf.load(cli.CONF_DIR / "tree" / f"{draft}.yaml"))
         draft = cfg.model.draft
     if not cfg.batch:  # a batch plans with a profile at its batch size, checked where it is resolved

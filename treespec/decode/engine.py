@@ -48,6 +48,8 @@ class StepOutcome:
     accepted_tokens: tuple[int, ...]  # tokens of accepted_nodes
     bonus: int
     target_hidden: torch.Tensor | None = None  # [A, F] target features at the accepted nodes, if the drafter reads them
+    target_argmax: tuple[int, ...] | None = None  # [N] the target's greedy token at every node of the row's tree, in
+    #   tree order, if the drafter asks for them (`wants_target_argmax`: lookahead decoding's Jacobi window)
 
 
 class Drafter(Protocol):
@@ -187,6 +189,7 @@ class Decoder:
             max_length = max(len(p) for p in self.prompts) + self.max_new_tokens + 1
         self.want_features = bool(getattr(drafter, "wants_target_hidden", False))
         self.layers = tuple(getattr(drafter, "target_layers", ()))  # a fused EAGLE head's target layers
+        self.want_argmax = bool(getattr(drafter, "wants_target_argmax", False))
         self.lean = lean_decoder(target)  # tree passes in fewer steps (the prefill stays transformers' causal pass)
 
         self.start = self.clock()
@@ -238,6 +241,7 @@ class Decoder:
                        self.lengths, start, self.dtype)
         logits, features = target_forward(self.target, self.lean, self.want_features, self.layers, flat.input_ids,
                                           flat.position_ids, flat.attention_mask, self.cache)  # [B, N, V], [B, N, F]
+        argmax = logits.argmax(-1).tolist() if self.want_argmax else None  # [B][N]
         t2 = self.clock()
         results = []
         for b, tree in enumerate(trees):
@@ -267,7 +271,7 @@ class Decoder:
             kept = [results[b] for b in keep]
             self.lengths = commit(self.cache, [self.lengths[b] for b in keep], start, [r.accepted for r in kept])
             if self.drafter is not None:
-                self.drafter.observe([self._outcome(trees[b], results[b], features, b) for b in keep])
+                self.drafter.observe([self._outcome(trees[b], results[b], features, b, argmax) for b in keep])
         t4 = self.clock()
         for b, (tree, result, new) in enumerate(zip(trees, results, news)):
             shape, row = tree.shape, self.live[b]
@@ -285,12 +289,15 @@ class Decoder:
         self.live = [self.live[b] for b in keep]
 
     @staticmethod
-    def _outcome(tree: DraftTree, result, features: torch.Tensor | None, b: int) -> StepOutcome:
-        """Row b's accepted path in the drafter's node ids, with the target's features along it if they were asked."""
+    def _outcome(tree: DraftTree, result, features: torch.Tensor | None, b: int,
+                 argmax: list[list[int]] | None) -> StepOutcome:
+        """Row b's accepted path in the drafter's node ids, with the target's features along it and its greedy
+        tokens at the tree's nodes if they were asked."""
         ids, tokens = tree.drafter_ids, tree.tokens.tolist()
         nodes = tuple(ids[n] for n in result.accepted) if ids is not None else result.accepted
         path_features = features[b, list(result.accepted)] if features is not None else None
-        return StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus, path_features)
+        greedy = tuple(argmax[b][: tree.shape.size]) if argmax is not None else None
+        return StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus, path_features, greedy)
 
     def generations(self) -> list[Generation]:
         describe = self.policy.describe()

@@ -163,6 +163,17 @@ class DraftTree:
     drafter_ids: tuple[int, ...] | None = None  # node ids the drafter saw, when they differ from tree ids
     sources: tuple[str, ...] | None = None  # [N] what proposed each node ("model", "ngram", "model+ngram"; root "")
 
+    def token_path(self, tokens: Sequence[int]) -> list[int]:
+        """The nodes of a token path from the root (tokens[0] is the root's), as far as the tree holds it (siblings
+        hold distinct tokens)."""
+        ids, path = self.tokens.tolist(), [0]
+        for token in tokens[1:]:
+            node = next((c for c in self.shape.children[path[-1]] if ids[c] == int(token)), None)
+            if node is None:
+                break
+            path.append(node)
+        return path
+
 
 def chain(k: int) -> TreeShape:
     """Root plus a chain of k drafted tokens (k + 1 nodes)."""

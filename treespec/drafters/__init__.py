@@ -7,7 +7,8 @@
     policies    Static (Chain, KAry, Paths, Sequoia), Dynamic and Adaptive trees over rows
     layer_skip  `LayerSkipDrafter`: the target itself with some layers skipped (self-speculation, no draft model)
     ngram       `NGramDrafter`: prompt lookup, candidates from each row's own text (no model)
-    sources     `NGram` and `Hybrid` trees (model and n-gram branches under one planned budget), `HybridDrafter`
+    lookahead   `LookaheadDrafter`: lookahead decoding, an n-gram pool from the target's Jacobi window (no model)
+    sources     `NGram`, `Lookahead` and `Hybrid` trees (model and n-gram branches under one planned budget), `HybridDrafter`
     vocab       draft vocabulary subsets (token counts, the most frequent ids)
 
 A drafter implements `treespec.decode.engine.Drafter`; `make_drafter` picks the one a draft model needs,
@@ -24,10 +25,11 @@ from treespec.decode.engine import Drafter
 from treespec.drafters.causal_lm import CausalLMDrafter
 from treespec.drafters.eagle import EagleDrafter
 from treespec.drafters.layer_skip import LayerSkipDrafter
+from treespec.drafters.lookahead import LookaheadDrafter
 from treespec.drafters.medusa import MedusaDrafter
 from treespec.drafters.ngram import NGramDrafter
 from treespec.drafters.policies import policy_sources
-from treespec.drafters.sources import HybridDrafter
+from treespec.drafters.sources import CANDIDATE_SOURCES, HybridDrafter
 from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel
 from treespec.models.layer_skip import LayerSkip
@@ -37,16 +39,14 @@ from treespec.models.medusa_head import MedusaHeads
 def make_drafter(draft: PreTrainedModel | LayerSkip, target: PreTrainedModel, max_length: int,
                  vocab: torch.Tensor | None = None) -> Drafter:
     """The drafter for a draft model: an EAGLE head reads the target's features, a `LayerSkip` runs the target
-    itself, anything else is a causal LM (proposing only from the token ids `vocab` [S] when given; see
-    `treespec.drafters.vocab`)."""
+    itself, Medusa heads read its last hidden state, anything else is a causal LM; a causal LM or Medusa heads
+    propose only from the token ids `vocab` [S] when given (see `treespec.drafters.vocab`)."""
     if isinstance(draft, LayerSkip):
         if vocab is not None:
             raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not layer skipping")
         return LayerSkipDrafter(draft, target, max_length)
-    if isinstance(draft, MedusaHeads):  # Medusa heads read the target's last hidden state
-        if vocab is not None:
-            raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not Medusa heads")
-        return MedusaDrafter(draft, target)
+    if isinstance(draft, MedusaHeads):  # Medusa heads read the target's last hidden state (and its LM head's rows)
+        return MedusaDrafter(draft, target, vocab)
     if isinstance(draft, EagleDraftModel):
         if vocab is not None:
             raise ConfigError("a draft vocabulary subset is implemented for causal-LM drafts, not the EAGLE head")
@@ -60,11 +60,11 @@ def drafter_for(policy, draft: PreTrainedModel | None, target: PreTrainedModel, 
     drafter, both (`HybridDrafter`), or None for a one-node tree."""
     sources = policy_sources(policy)
     model = make_drafter(draft, target, max_length, vocab) if "model" in sources else None
-    ngram = policy.new_ngram_drafter() if "ngram" in sources else None
+    ngram = policy.new_ngram_drafter() if CANDIDATE_SOURCES & set(sources) else None
     if model is not None and ngram is not None:
         return HybridDrafter(model, ngram)
     return model if model is not None else ngram
 
 
-__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "LayerSkipDrafter", "MedusaDrafter",
-           "NGramDrafter", "drafter_for", "make_drafter"]
+__all__ = ["CausalLMDrafter", "Drafter", "EagleDrafter", "HybridDrafter", "LayerSkipDrafter", "LookaheadDrafter",
+           "MedusaDrafter", "NGramDrafter", "drafter_for", "make_drafter"]

@@ -15,7 +15,6 @@ distribution renormalised over S; proposals never leave S, and every verificatio
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -24,36 +23,8 @@ from transformers import PreTrainedModel
 from treespec.decode.cache import new_cache
 from treespec.decode.engine import Request, StepOutcome
 from treespec.drafters.slots import RowSlots
-from treespec.errors import ConfigError
-from treespec.models.layouts import OneDNNLinear, onednn_linear, onednn_weight
-from treespec.models.lean import lean_decoder, tensor_version
-from treespec.models.quantize import Int4Linear
-
-_SUBSET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # head module -> (key, vocab, parts)
-
-
-def _subset_head_parts(head: torch.nn.Module, vocab: torch.Tensor) -> tuple:
-    """(int4 head, weight [S, H], bias [S], oneDNN-reordered weight) for the rows `vocab` [S] of an LM head, the
-    parts that do not apply None. Kept per head and reused while the vocabulary, the head's class (its layout) and
-    its weight storage and version (in-place changes) stay the same: building them (packing 4-bit codes,
-    reordering for oneDNN) took ~0.5 s for a 32768-row subset of Qwen2.5 0.5B's head, on every `generate` call."""
-    storage = head.packed if isinstance(head, Int4Linear) else head.weight
-    key = (type(head), storage.data_ptr(), tensor_version(storage), storage.dtype, tuple(storage.stride()))
-    cached = _SUBSET_HEADS.get(head)
-    if cached is not None and cached[0] == key and torch.equal(cached[1], vocab):
-        return cached[2]
-    if isinstance(head, Int4Linear):
-        parts = (head.rows(vocab), None, None, None)  # the same 4-bit codes
-    else:
-        with torch.no_grad():
-            weight = head.weight[vocab]  # [S, H]
-            # keep the head's memory layout (layouts.transpose_linear_storage stores [H, S] for small-M GEMMs)
-            kept = weight.contiguous() if head.weight.is_contiguous() else weight.t().contiguous().t()
-            bias = head.bias[vocab].contiguous() if head.bias is not None else None  # [S]
-            # and its oneDNN-reordered copy when the head multiplies through one (layouts.OneDNNLinear)
-            parts = (None, kept, bias, onednn_weight(weight) if isinstance(head, OneDNNLinear) else None)
-    _SUBSET_HEADS[head] = (key, vocab.clone(), parts)
-    return parts
+from treespec.drafters.vocab import SubsetHead
+from treespec.models.lean import lean_decoder
 
 
 class CausalLMDrafter(RowSlots):
@@ -68,25 +39,11 @@ class CausalLMDrafter(RowSlots):
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.lean = lean_decoder(model) if lean else None  # transformers' modules where None
-        self.vocab = None
+        self.subset = None  # the LM head's rows for a vocabulary subset, the only head the drafter then runs
         if vocab is not None:
-            self._subset_head(torch.as_tensor(vocab, dtype=torch.long))
-        self.hidden_out = self.lean is not None or self.vocab is not None  # _run gives hidden states, else logits
-
-    def _subset_head(self, vocab: torch.Tensor) -> None:
-        """Keep a copy of the LM head's rows for `vocab` [S]: the only head the drafter runs."""
-        head = self.model.get_output_embeddings()
-        config = self.model.config.get_text_config()
-        if not isinstance(head, (torch.nn.Linear, Int4Linear)) or getattr(config, "final_logit_softcapping", None):
-            raise ConfigError("a vocabulary subset needs a draft whose LM head is a plain linear layer")
-        size = head.out_features
-        if vocab.dim() != 1 or vocab.numel() == 0 or vocab.unique().numel() != vocab.numel():
-            raise ConfigError("the draft vocabulary subset must be a non-empty 1-D list of distinct token ids")
-        if int(vocab.min()) < 0 or int(vocab.max()) >= size:
-            raise ConfigError(f"the draft vocabulary subset has ids outside [0, {size})")
-        self.vocab = vocab.to(self.device)
-        self.vocab_size = size
-        self._int4, self._weight, self._bias, self._onednn = _subset_head_parts(head, self.vocab)
+            self.subset = SubsetHead(self.model.get_output_embeddings(), self.model.config.get_text_config(),
+                                     torch.as_tensor(vocab, dtype=torch.long).to(self.device))
+        self.hidden_out = self.lean is not None or self.subset is not None  # _run gives hidden states, else logits
 
     def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
         self.cache = new_cache(self.model, self.max_length)
@@ -98,7 +55,7 @@ class CausalLMDrafter(RowSlots):
         if self.lean is not None:
             return self.lean(tokens, positions, mask, self.cache)[0]
         inputs = dict(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache, use_cache=True)
-        if self.vocab is None:
+        if self.subset is None:
             return self.model(**inputs).logits
         return self.model.base_model(**inputs).last_hidden_state
 
@@ -106,17 +63,9 @@ class CausalLMDrafter(RowSlots):
         """`_run`'s output [..., H or V] -> logits [..., V] (-inf outside a vocabulary subset)."""
         if not self.hidden_out:
             return out
-        if self.vocab is None:
+        if self.subset is None:
             return self.model.get_output_embeddings()(out)
-        if self._int4 is not None:
-            sub = self._int4(out)  # [..., S]
-        elif self._onednn is not None:
-            sub = onednn_linear(out, self._onednn, self._bias)
-        else:
-            sub = torch.nn.functional.linear(out, self._weight, self._bias)
-        logits = sub.new_full((*sub.shape[:-1], self.vocab_size), float("-inf"))  # [..., V]
-        logits[..., self.vocab] = sub
-        return logits
+        return self.subset(out)
 
     def root_logits(self, roots: Sequence[int]) -> torch.Tensor:
         chains = [pending + [int(root)] for pending, root in zip(self.pending, roots)]

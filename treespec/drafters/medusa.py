@@ -5,7 +5,8 @@ hidden state) at the token before the root, is all the heads read: the last acce
 (`StepOutcome.target_hidden[-1]`), or the prompt's second-to-last token at the start (zeros for a one-token prompt).
 The root's children get head 1's logits, and every node at depth d gets head d+1's, whatever its parent (the heads
 are conditionally independent): the root pass computes all K heads' logits at once (one read of the target's LM
-head, whose size sets the cost on a CPU) and the levels below read them. The heads propose at most `max_depth` = K
+head, whose size sets the cost on a CPU, or of its rows for the heads' proposal vocabulary) and the levels below
+read them. The heads propose at most `max_depth` = K
 levels below the root; the policies cap their trees there (treespec.drafters.policies.level_limits), and a request
 deeper is a ConfigError. Proposal probabilities are the heads' softmax, recorded by the policy like any drafter's,
 so every verification rule stays lossless.
@@ -19,6 +20,7 @@ import torch
 from transformers import PreTrainedModel
 
 from treespec.decode.engine import Request, StepOutcome
+from treespec.drafters.vocab import SubsetHead
 from treespec.errors import ConfigError
 from treespec.models.medusa_head import MedusaHeads, check_target
 
@@ -29,9 +31,14 @@ class MedusaDrafter:
     wants_target_hidden = True
     target_layers: tuple[int, ...] = ()  # the engine's features are the target's last hidden states
 
-    def __init__(self, heads: MedusaHeads, target: PreTrainedModel):
+    def __init__(self, heads: MedusaHeads, target: PreTrainedModel, vocab: torch.Tensor | None = None):
+        """vocab [S]: the token ids to propose from; None: the heads' own proposal vocabulary (all V without one)."""
         check_target(heads.config, target)
         self.heads, self.lm_head = heads, target.get_output_embeddings()
+        vocab = heads.vocab if vocab is None and heads.vocab.numel() else vocab
+        if vocab is not None:  # the root call reads only these rows of the target's LM head
+            self.lm_head = SubsetHead(self.lm_head, target.config.get_text_config(),
+                                      torch.as_tensor(vocab, dtype=torch.long).to(heads.vocab.device))
         self.max_depth = heads.config.num_heads
         self.device = next(heads.parameters()).device
         self.hidden_size = heads.config.hidden_size

@@ -32,6 +32,7 @@ class Candidates:
     parents: tuple[int, ...]  # [N] parents[0] = -1
     match: tuple[int, ...]  # [N] the length of the suffix whose occurrence proposed the node (0 for the root)
     support: tuple[int, ...]  # [N] how many occurrences proposed the node's path
+    sources: tuple[str, ...] | None = None  # [N] what proposed each node ("" for the root); None: all "ngram"
 
 
 class NGramIndex:
@@ -66,14 +67,19 @@ class NGramIndex:
         return out
 
 
-def build_trie(root: int, continuations: Sequence[tuple[int, tuple[int, ...]]], budget: int) -> Candidates:
+Continuation = tuple  # (match length, tokens) or (match length, tokens, source); source "ngram" when left out
+
+
+def build_trie(root: int, continuations: Sequence[Continuation], budget: int) -> Candidates:
     """The continuations merged into a trie of at most `budget` nodes (root included): a node's children ranked by
-    the longest match that proposed them, then by how many continuations share them, then by first appearance."""
-    stats: dict[tuple[int, ...], list] = {}  # path -> [longest match, support, first index]
-    for index, (match, follow) in enumerate(continuations):
+    the longest match that proposed them, then by how many continuations share them, then by first appearance. A
+    node's source names every source that proposed it, joined by "+" in sorted order."""
+    stats: dict[tuple[int, ...], list] = {}  # path -> [longest match, support, first index, sources]
+    for index, (match, follow, *source) in enumerate(continuations):
         for depth in range(1, len(follow) + 1):
-            entry = stats.setdefault(follow[:depth], [match, 0, index])
+            entry = stats.setdefault(follow[:depth], [match, 0, index, set()])
             entry[0], entry[1] = max(entry[0], match), entry[1] + 1
+            entry[3].add(source[0] if source else "ngram")
     order = sorted(stats, key=lambda p: (-stats[p][0], -stats[p][1], stats[p][2], len(p)))  # best paths first
     kept: set[tuple[int, ...]] = set()
     for path in order:
@@ -84,7 +90,7 @@ def build_trie(root: int, continuations: Sequence[tuple[int, tuple[int, ...]]], 
     children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for path in kept:
         children.setdefault(path[:-1], []).append(path)
-    tokens, parents, match, support = [int(root)], [-1], [0], [len(continuations)]
+    tokens, parents, match, support, sources = [int(root)], [-1], [0], [len(continuations)], [""]
     frontier = [((), 0)]
     while frontier:  # breadth-first, siblings by rank
         nxt = []
@@ -94,9 +100,31 @@ def build_trie(root: int, continuations: Sequence[tuple[int, tuple[int, ...]]], 
                 parents.append(node)
                 match.append(stats[child][0])
                 support.append(stats[child][1])
+                sources.append("+".join(sorted(stats[child][3])))
                 nxt.append((child, len(tokens) - 1))
         frontier = nxt
-    return Candidates(tuple(tokens), tuple(parents), tuple(match), tuple(support))
+    return Candidates(tuple(tokens), tuple(parents), tuple(match), tuple(support), tuple(sources))
+
+
+def graft(candidates: Candidates, chain: Sequence[int], source: str) -> Candidates:
+    """The trie with the path root -> chain[0] -> chain[1] -> ... added (nodes already there gain `source`)."""
+    tokens, parents = list(candidates.tokens), list(candidates.parents)
+    match, support = list(candidates.match), list(candidates.support)
+    sources = list(candidates.sources or ("",) + ("ngram",) * (len(tokens) - 1))
+    node = 0
+    for token in chain:
+        child = next((c for c in range(node + 1, len(tokens)) if parents[c] == node and tokens[c] == int(token)), None)
+        if child is None:
+            tokens.append(int(token))
+            parents.append(node)
+            match.append(0)
+            support.append(0)
+            sources.append(source)
+            child = len(tokens) - 1
+        elif source not in sources[child].split("+"):
+            sources[child] = "+".join(sorted(sources[child].split("+") + [source]))
+        node = child
+    return Candidates(tuple(tokens), tuple(parents), tuple(match), tuple(support), tuple(sources))
 
 
 class NGramDrafter:
@@ -129,6 +157,9 @@ class NGramDrafter:
 
     def node_logits(self, requests: Sequence[Request | None]) -> list[torch.Tensor]:
         raise ConfigError("the n-gram drafter proposes candidates, not logits: use it with policies.NGram or Hybrid")
+
+    def note_trees(self, trees: Sequence) -> None:
+        """The trees the policy built from this step's proposals (prompt lookup needs no record of them)."""
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
         """Append each row's accepted tokens after its root, and the bonus (the next root)."""

@@ -335,12 +335,12 @@ def as_policy(tree):
         return tree
     raise ConfigError(
         f"tree must be a TreeShape (e.g. treespec.optimizer.sequoia_tree(...)), a policy from treespec.policies "
-        f"(Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive, NGram, Hybrid) or None, got {type(tree).__name__}"
+        f"(Chain, KAry, Paths, Sequoia, Static, Dynamic, Adaptive, NGram, Lookahead, Hybrid) or None, got {type(tree).__name__}"
     )
 
 
 def policy_sources(policy) -> tuple[str, ...]:
-    """What a policy drafts from: ("model",) for the policies here, ("ngram",) or ("model", "ngram") for those of
+    """What a policy drafts from: ("model",) for the policies here, ("ngram",), ("lookahead",) or ("model", "ngram") for those of
     treespec.drafters.sources, () for a one-node static tree (no drafting)."""
     shape = getattr(policy, "shape", None)
     if shape is not None and shape.size == 1:

@@ -36,10 +36,12 @@ import torch
 from treespec.decode.engine import Drafter, StepOutcome
 from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import DraftTree, TreeShape
+from treespec.drafters.lookahead import LookaheadDrafter
 from treespec.drafters.ngram import Candidates, NGramDrafter
 from treespec.errors import ConfigError
 
-SOURCES = ("model", "ngram")
+SOURCES = ("model", "ngram", "lookahead", "jacobi")  # lookahead: the Jacobi pool's n-grams; jacobi: its window
+CANDIDATE_SOURCES = frozenset({"ngram", "lookahead"})  # what policies draft with a candidate drafter
 
 
 class StepPrices(Protocol):
@@ -105,7 +107,7 @@ def _mode(sampling: SamplingConfig) -> str:
 
 
 def candidate_tree(candidates: Candidates, eos: Collection[int], mode: str) -> DraftTree:
-    """An n-gram trie as a DraftTree (nothing below an EOS)."""
+    """A trie of candidates (prompt lookup, lookahead) as a DraftTree (nothing below an EOS)."""
     keep, index = [0], {0: 0}
     for node in range(1, len(candidates.tokens)):
         parent = candidates.parents[node]
@@ -114,7 +116,8 @@ def candidate_tree(candidates: Candidates, eos: Collection[int], mode: str) -> D
             keep.append(node)
     tokens = [candidates.tokens[n] for n in keep]
     parents = [-1] + [index[candidates.parents[n]] for n in keep[1:]]
-    return DraftTree(torch.tensor(tokens), TreeShape(tuple(parents)), None, mode, None, ("",) + ("ngram",) * (len(keep) - 1))
+    labels = candidates.sources or ("",) + ("ngram",) * (len(candidates.tokens) - 1)
+    return DraftTree(torch.tensor(tokens), TreeShape(tuple(parents)), None, mode, None, tuple(labels[n] for n in keep))
 
 
 def node_probabilities(tree: DraftTree, stats: SourceStats) -> list[float]:
@@ -157,17 +160,80 @@ class NGram:
         return [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
 
 
+def window_choices(drafter: LookaheadDrafter, roots: Sequence[int], budget: int, depths: Sequence[int],
+                   cost, probe: int) -> list[Candidates]:
+    """Each row's candidates, with the Jacobi window where its rows pay (`LookaheadDrafter.window_wanted`, the
+    step priced by cost(nodes)), always without a price."""
+    proposals = drafter.propose(roots, budget, depths)
+    if cost is None:
+        return proposals
+    wanted = []
+    for b, candidates in enumerate(proposals):
+        n = len(candidates.tokens)
+        own = sum(s == "jacobi" for s in candidates.sources or ())  # the nodes only the window proposed
+        wanted.append(drafter.window_wanted(b, cost(n), cost(n - own), probe))
+    if all(wanted):
+        return proposals
+    bare = drafter.propose(roots, budget, depths, window=wanted)
+    return [p if w else c for p, c, w in zip(proposals, bare, wanted)]
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """Lookahead decoding (treespec.drafters.lookahead): each row's pool continuations of its root (at most `budget`
+    nodes and `depth` levels, root included) and its Jacobi window of `window` guesses, n-grams of `ngram_size`; with `costs`
+    (a `StepPrices`) the window's rows join a row's tree only where they measurably pay, probed every `probe` steps
+    (always without costs). `prompt_lookup` adds the row's own text's continuations (the two model-free sources in
+    one trie). Needs no draft model."""
+
+    budget: int = 8
+    depth: int = 6
+    window: int = 4
+    ngram_size: int = 4
+    pool_size: int = 8
+    prompt_lookup: bool = False
+    max_ngram: int = 4
+    probe: int = 8
+    costs: StepPrices | None = field(default=None, compare=False)
+    name: str = field(default="lookahead")
+    sources: tuple[str, ...] = field(default=("lookahead",), init=False)
+
+    def __post_init__(self):
+        if self.budget < 1 or self.depth < 1 or self.probe < 1:
+            raise ConfigError(f"budget, depth and probe must be >= 1, got {self.budget}, {self.depth}, {self.probe}")
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "budget": self.budget, "depth": self.depth, "window": self.window,
+                "ngram_size": self.ngram_size, "pool_size": self.pool_size, "prompt_lookup": self.prompt_lookup,
+                "max_ngram": self.max_ngram}
+
+    def new_ngram_drafter(self) -> LookaheadDrafter:
+        return LookaheadDrafter(self.window, self.ngram_size, self.pool_size, self.prompt_lookup, self.max_ngram)
+
+    def draft(self, drafter: LookaheadDrafter, roots: Sequence[int], sampling: SamplingConfig,
+              generators: Sequence[torch.Generator | None], eos: Collection[int],
+              max_levels: Sequence[int]) -> list[DraftTree]:
+        cost = None if self.costs is None else (lambda n: self.costs.target_cost(n) + self.costs.overhead)
+        proposals = window_choices(drafter, roots, self.budget, [min(self.depth, m) for m in max_levels], cost,
+                                   self.probe)
+        trees = [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
+        drafter.note_trees(trees)
+        return trees
+
+
 class HybridDrafter:
     """A model drafter and an n-gram drafter side by side, with each row's statistics (`SourceStats`) that the Hybrid
     policy plans with. `observe` hands each outcome to both (the model's as `absorb` on steps where it drafted for
     no row) and counts it."""
 
     wants_target_hidden: bool
+    wants_target_argmax: bool
     target_layers: tuple[int, ...]
 
     def __init__(self, model: Drafter, ngram: NGramDrafter):
         self.model, self.ngram = model, ngram
         self.wants_target_hidden = bool(getattr(model, "wants_target_hidden", False))
+        self.wants_target_argmax = bool(getattr(ngram, "wants_target_argmax", False))  # a lookahead window
         self.target_layers = tuple(getattr(model, "target_layers", ()))
         self.stats: list[SourceStats] = []
         self._trees: list[DraftTree] = []
@@ -186,7 +252,7 @@ class HybridDrafter:
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
         for stats, tree, drafted, outcome in zip(self.stats, self._trees, self._drafted, outcomes):
-            stats.count(tree, _tree_path(tree, outcome.accepted_tokens), drafted)
+            stats.count(tree, tree.token_path(outcome.accepted_tokens), drafted)
         if self._model_ran:
             self.model.observe(outcomes)
         else:
@@ -207,15 +273,6 @@ class HybridDrafter:
         return self.model.node_logits(requests)
 
 
-def _tree_path(tree: DraftTree, tokens: Sequence[int]) -> list[int]:
-    """The tree nodes of an accepted token path (siblings hold distinct tokens)."""
-    path, node = [0], 0
-    for token in tokens[1:]:
-        node = next(c for c in tree.shape.children[node] if int(tree.tokens[c]) == int(token))
-        path.append(node)
-    return path
-
-
 def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) -> DraftTree:
     """The model's tree with the candidate nodes marked in `keep` (their ancestors kept) merged in (see the module
     docstring); new nodes come after the model's, never forwarded by its drafter."""
@@ -228,6 +285,7 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
         children.setdefault(parents[node], {})[tokens[node]] = node
     where = {0: 0}  # candidate node -> merged node
     cand_tokens = candidates.tokens.tolist()
+    labels = candidates.sources or ("",) + ("ngram",) * (len(cand_tokens) - 1)
     for node in range(1, candidates.shape.size):
         parent = where.get(candidates.shape.parents[node])
         if parent is None or not keep[node]:
@@ -238,11 +296,11 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
             found = len(tokens)
             tokens.append(token)
             parents.append(parent)
-            sources.append("ngram")
+            sources.append(labels[node])
             ids.append(_unforwarded(found))
             children[parent][token] = found
-        elif "ngram" not in sources[found]:
-            sources[found] += "+ngram"
+        else:
+            sources[found] = "+".join(sorted(set(sources[found].split("+")) | set(labels[node].split("+"))))
         where[node] = found
     return DraftTree(torch.tensor(tokens, device=model_tree.tokens.device), TreeShape(tuple(parents)), None,
                      model_tree.verify_mode, tuple(ids), tuple(sources))
@@ -260,6 +318,10 @@ class Hybrid:
     ngram_depth: int = 10
     max_ngram: int = 4
     min_ngram: int = 1
+    window: int = 0
+    ngram_size: int = 4
+    pool_size: int = 8
+    probe: int = 8
     costs: StepPrices | None = field(default=None, compare=False)
     name: str = field(default="hybrid")
     sources: tuple[str, ...] = field(default=("model", "ngram"), init=False)
@@ -272,9 +334,13 @@ class Hybrid:
         inner = self.model.describe()
         return {"policy": self.name, "model_policy": inner, "budget": inner.get("budget", 1) + self.ngram_budget - 1,
                 "depth": max(inner.get("depth", 1), self.ngram_depth), "ngram_budget": self.ngram_budget,
-                "ngram_depth": self.ngram_depth, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram}
+                "ngram_depth": self.ngram_depth, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram,
+                **({"window": self.window, "ngram_size": self.ngram_size, "pool_size": self.pool_size}
+                   if self.window else {})}
 
     def new_ngram_drafter(self) -> NGramDrafter:
+        if self.window:  # prompt lookup and a lookahead pool in one candidate drafter
+            return LookaheadDrafter(self.window, self.ngram_size, self.pool_size, True, self.max_ngram, self.min_ngram)
         return NGramDrafter(self.max_ngram, self.min_ngram)
 
     def _cost(self, nodes: int, levels: int) -> float:
@@ -291,7 +357,12 @@ class Hybrid:
             raise ConfigError("under sampling a hybrid tree's model policy must draft its top-k: children=deterministic "
                               "(or a Dynamic policy), since the merged tree is verified with the deterministic rule")
         mode = _mode(sampling)
-        proposals = drafter.ngram.propose(roots, self.ngram_budget, [min(self.ngram_depth, m) for m in max_levels])
+        depths = [min(self.ngram_depth, m) for m in max_levels]
+        if self.window:
+            cost = None if self.costs is None else (lambda n: self._cost(n, 0))
+            proposals = window_choices(drafter.ngram, roots, self.ngram_budget, depths, cost, self.probe)
+        else:
+            proposals = drafter.ngram.propose(roots, self.ngram_budget, depths)
         ngram_trees = [candidate_tree(c, eos, mode) for c in proposals]
         found = [node_probabilities(t, stats) for t, stats in zip(ngram_trees, drafter.stats)]
         inner = self.model.describe()
@@ -303,6 +374,7 @@ class Hybrid:
         use_model = [b > a for a, b in zip(alone, both)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
             drafter.remember(ngram_trees, [False] * len(roots), model_ran=False)
+            drafter.ngram.note_trees(ngram_trees)
             return ngram_trees
         model_trees = self.model.draft(drafter.model, roots, sampling, generators, eos, max_levels)
         trees = []
@@ -317,7 +389,8 @@ class Hybrid:
             n = model_tree.shape.size
             speed = (1 + lengths[row]) / self._cost(n, levels)  # tokens per unit of step time, the model's tree alone
             keep = [True] + [f[v] > speed * (self._cost(n + 1, levels) - self._cost(n, levels))
-                             for v in range(1, len(f))]
+                             or "jacobi" in ngram_tree.sources[v].split("+") for v in range(1, len(f))]
             trees.append(merge(model_tree, ngram_tree, keep))
         drafter.remember(trees, use_model, model_ran=True)
+        drafter.ngram.note_trees(trees)
         return trees

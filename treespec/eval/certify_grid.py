@@ -24,7 +24,7 @@ import torch
 
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import policies
-from treespec.drafters.sources import Hybrid, NGram
+from treespec.drafters.sources import Hybrid, Lookahead, NGram
 from treespec.drafters.vocab import vocab_subset
 from treespec.eval import certify
 from treespec.models.layer_skip import skipping
@@ -88,6 +88,10 @@ def end_to_end_cases() -> list[dict]:
          "sampling": {"temperature": 0.7, "top_p": 0.9}},
         {"name": "e2e llama eagle head hybrid, batch of 4 + ragged row, T=1", "arch": "llama", "tree": "hybrid",
          "eagle": True, "lookup": True, "batch": 4, "sampling": {"temperature": 1.0}},
+        {"name": "e2e llama lookahead (Jacobi pool + lookup), T=1", "arch": "llama", "tree": "lookahead", "lookup": True,
+         "sampling": {"temperature": 1.0}},
+        {"name": "e2e qwen2 hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "qwen2",
+         "tree": "hybrid_lookahead", "lookup": True, "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
         # drafts from the target itself: a 2-layer target drafting with one of its layers skipped
         {"name": "e2e llama layer skip (layer 1 of 2), dynamic, T=1", "arch": "llama", "tree": "dynamic",
          "skip": [1], "sampling": {"temperature": 1.0}},
@@ -110,6 +114,11 @@ def _tree(name: str):
         return NGram(budget=8, depth=4)
     if name == "hybrid":
         return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4)
+    if name == "lookahead":
+        return Lookahead(budget=8, depth=4, window=3, ngram_size=2, prompt_lookup=True)
+    if name == "hybrid_lookahead":
+        return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4, window=3,
+                      ngram_size=2)
     return policies.Dynamic(budget=10, depth=3, topk=4)
 
 
@@ -150,8 +159,8 @@ def _grid_case(case: dict, settings: dict, index: int) -> dict:
         else:
             draft = certify.tiny_lm(case["arch"], seed=11, vocab=VOCAB)
         prompt, filler = (LOOKUP_PROMPT, LOOKUP_FILLER) if case.get("lookup") else (PROMPT, FILLER)
-        if case["tree"] == "ngram":
-            draft = None  # prompt lookup drafts without a model
+        if case["tree"] in ("ngram", "lookahead"):
+            draft = None  # prompt lookup and lookahead draft without a model
         eos = None
         if case.get("eos"):  # a token emitted first about a quarter of the time
             first = certify.target_law(target, prompt, LENGTH, sampling).level(0)[0]

@@ -6,6 +6,10 @@ head, shared at run time and neither trained nor stored here, so the heads hold 
 see neither each other nor the tokens in between: in a tree, every node at depth d below the root gets the same
 proposal, head d+1's, whatever its parent (treespec.drafters.medusa.MedusaDrafter).
 
+The heads may carry a proposal vocabulary (`MedusaConfig.proposal_vocab`): on a CPU the root call's cost is reading
+the LM head (49,152 x 576 for SmolLM2), so proposing from the few thousand most frequent tokens cuts it to a
+fraction; q is then renormalised over them and verification stays lossless (treespec.drafters.vocab).
+
 Importing this module registers the architecture (`model_type = "treespec_medusa"`) with transformers' Auto
 classes (`AutoModel`); the heads cannot decode on their own (they need the target's features and LM head).
 """
@@ -20,15 +24,17 @@ from treespec.errors import ConfigError
 
 
 class MedusaConfig(PretrainedConfig):
-    """num_heads K, hidden_size H (the target's width), vocab_size V (the target's vocabulary) and `target`, the
-    name of the target the heads were trained for (informative: the check is on H and V)."""
+    """num_heads K, hidden_size H (the target's width), vocab_size V (the target's vocabulary), `target`, the name
+    of the target the heads were trained for (informative: the check is on H and V), and `proposal_vocab` S: the
+    heads propose from S token ids stored with them (`MedusaHeads.vocab`, the most frequent in their training
+    data), 0 = all V."""
 
     model_type = "treespec_medusa"
 
     def __init__(self, num_heads: int = 4, hidden_size: int = 576, vocab_size: int = 49152,
-                 target: str | None = None, **kwargs):
+                 target: str | None = None, proposal_vocab: int = 0, **kwargs):
         self.num_heads, self.hidden_size, self.vocab_size = int(num_heads), int(hidden_size), int(vocab_size)
-        self.target = target
+        self.target, self.proposal_vocab = target, int(proposal_vocab)
         super().__init__(**kwargs)
 
 
@@ -56,6 +62,8 @@ class MedusaHeads(PreTrainedModel):
         if config.num_heads < 1:
             raise ConfigError(f"Medusa heads need num_heads >= 1, got {config.num_heads}")
         self.blocks = nn.ModuleList(ResidualBlock(config.hidden_size) for _ in range(config.num_heads))
+        # [S] the token ids the heads propose from (proposal_vocab > 0): scoring S rows of the LM head instead of V
+        self.register_buffer("vocab", torch.zeros(config.proposal_vocab, dtype=torch.long))
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -94,6 +102,17 @@ def check_target(config: MedusaConfig, target: PreTrainedModel) -> None:
         raise ConfigError(f"the Medusa heads{trained} read hidden states of width {config.hidden_size} over "
                           f"{config.vocab_size} tokens, the target has width {text.hidden_size} and "
                           f"{text.vocab_size} tokens: they were trained for another target")
+
+
+def with_proposal_vocab(heads: MedusaHeads, vocab: torch.Tensor) -> MedusaHeads:
+    """The same heads proposing from the token ids `vocab` [S] (sorted, distinct; empty: the whole vocabulary)."""
+    ids = torch.as_tensor(vocab, dtype=torch.long).flatten()
+    if ids.numel() and (ids.unique().numel() != ids.numel() or int(ids.min()) < 0
+                        or int(ids.max()) >= heads.config.vocab_size):
+        raise ConfigError(f"a proposal vocabulary is distinct token ids in [0, {heads.config.vocab_size})")
+    heads.config.proposal_vocab = int(ids.numel())
+    heads.vocab = ids.sort().values.to(heads.vocab.device)
+    return heads
 
 
 def new_heads(target: PreTrainedModel, num_heads: int, target_name: str | None = None) -> MedusaHeads:

@@ -26,10 +26,11 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
+from treespec.drafters.vocab import token_counts, vocab_subset
 from treespec.errors import ConfigError
 from treespec.eval import corpus
 from treespec.models import load_model
-from treespec.models.medusa_head import MedusaHeads, new_heads
+from treespec.models.medusa_head import MedusaHeads, new_heads, with_proposal_vocab
 from treespec.training import distill_data, train
 from treespec.training.corpus_stages import resolve_precision
 from treespec.training.model_card import medusa_card
@@ -71,6 +72,7 @@ class MedusaOptimSpec:
 class MedusaExportSpec:
     dir: Optional[str] = None  # where the heads go (relative to the repository); null: <run dir>/medusa
     dtype: str = "bfloat16"
+    proposal_vocab: int = 8192  # the heads propose from the N tokens most frequent in their training answers; 0: all
 
 
 @dataclass
@@ -261,6 +263,27 @@ def machine_tag() -> dict:
     return {"cpu": corpus.machine()["cpu"], "isa": [f for f in ISA if f in flags], "threads": torch.get_num_threads()}
 
 
+def proposal_vocabulary(target: PreTrainedModel, directory: Path, train_entries: list[dict],
+                        held_entries: list[dict], size: int) -> tuple[torch.Tensor, dict]:
+    """The `size` token ids most frequent in the training shards' answers, plus the target's special ids (EOS, BOS,
+    pad): [S] sorted; and what they cover: the share of held-out answer tokens among them."""
+    vocab = target.config.get_text_config().vocab_size
+
+    def answers(entries: list[dict]) -> list[list[int]]:
+        return [ids[p:].tolist() for e in entries for ids, p in corpus.records(corpus.read_shard(directory / e["file"]))]
+
+    config = target.config.get_text_config()
+    special = [t for name in ("eos_token_id", "bos_token_id", "pad_token_id") for t in
+               ([getattr(config, name)] if isinstance(getattr(config, name, None), int) else
+                list(getattr(config, name, None) or ()))]
+    ids = vocab_subset(token_counts(answers(train_entries), vocab), min(size, vocab), always=special)
+    held = torch.tensor([t for answer in answers(held_entries) for t in answer], dtype=torch.long)
+    inside = torch.zeros(vocab, dtype=torch.bool)
+    inside[ids] = True
+    coverage = float(inside[held].float().mean()) if held.numel() else float("nan")
+    return ids, {"size": int(ids.numel()), "heldout_coverage": round(coverage, 4)}
+
+
 def export(cfg: TrainMedusaSchema, run: Path, heads: MedusaHeads, summary: dict) -> Path:
     """The heads as a model directory (config.json, model.safetensors), training_summary.json and README.md."""
     out = Path(cfg.export.dir) if cfg.export.dir else run / "medusa"
@@ -331,6 +354,10 @@ def run(cfg: TrainMedusaSchema, run_dir: Path) -> Path:
         "parameters": sum(p.numel() for p in heads.parameters()),
         "config": dataclasses.asdict(cfg),
     }
+    if cfg.export.proposal_vocab:
+        ids, summary["proposal_vocab"] = proposal_vocabulary(target, directory, train_entries, held_entries,
+                                                             cfg.export.proposal_vocab)
+        with_proposal_vocab(heads, ids)
     out = export(cfg, run_dir, heads, summary)
     log.info("Medusa heads written to %s", out)
     return out

@@ -140,6 +140,11 @@ def medusa_card(summary: dict) -> str:
                      f"{final[f'head{k}_top3']:.4f} |" for k in range(1, heads + 1))
     isa = " ".join(machine["isa"]) or "none of avx2/avx512f/avx512_bf16/amx"
     notes = f"\n{summary['notes']}" if summary.get("notes") else ""
+    proposal = summary.get("proposal_vocab")
+    vocab = (f"\n- They propose from the {proposal['size']} tokens most frequent in the training answers (with the "
+             f"target's special tokens), stored with them (`MedusaHeads.vocab`): the root call reads those rows of the "
+             f"LM head only. They cover {100 * proposal['heldout_coverage']:.1f}% of the held-out answer tokens; q is "
+             "renormalised over them, so verification stays lossless.") if proposal else ""
     return f"""# Medusa heads for {summary['target']}, trained by treespec
 
 {heads} Medusa heads (Cai et al. 2024; `MedusaHeads` in `treespec/models/medusa_head.py`, `import treespec` registers
@@ -162,7 +167,8 @@ They cannot decode on their own.
 ## Architecture
 - {heads} residual blocks h + SiLU(W h + b) ({summary['parameters'] / 1e6:.2f}M parameters, K x (H^2 + H) with
   H = {summary['hidden_size']}), W and b started at zero
-  (each head started as the target's own next-token guess); stored as {cfg['export']['dtype']} ({summary['weights_mb']} MB).
+  (each head started as the target's own next-token guess); stored as {cfg['export']['dtype']}
+  ({summary['weights_mb']} MB).{vocab}
 
 ## Training
 Head k's loss: cross-entropy against the target's top-{cfg['teacher']['keep_top']} distribution (renormalised) at
