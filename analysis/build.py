@@ -16,7 +16,7 @@ Steps (each a subprocess of the experiments/ scripts; output goes to <out>/logs/
   5. batch/        experiments/batch_sweep.py: batch sizes x (batched autoregressive, fixed Sequoia trees, the
                    tree planned per B) on MT-Bench prompts, with a batch profile (hardware=auto; skipped with
                    --hardware, which gives no batch profile)
-  6. sources/     experiments/run.py -m: prompt lookup (ngram) and hybrid trees (draft + lookup) on MT-Bench and the
+  6. sources/     experiments/run.py -m: prompt lookup (ngram), lookahead and hybrid trees (draft + lookup) on MT-Bench and the
                    input-grounded edit requests, greedy: acceptance by source and depth
   7. notebooks/    analysis/tree_shapes.ipynb, analysis/acceptance.ipynb and analysis/sources.ipynb executed with
                    nbclient; they
@@ -215,8 +215,9 @@ def decode_runs(args, acceptance: list[str]) -> None:
 
 
 def source_runs(args) -> None:
-    """Trees from several sources: prompt lookup alone and the hybrid tree, on chat and on input-grounded prompts."""
-    run_step("sources", [sys.executable, "experiments/run.py", "-m", *common_overrides(args), "tree=ngram,hybrid",
+    """Trees from several sources: prompt lookup and lookahead alone and the hybrid tree, on chat and on
+    input-grounded prompts."""
+    run_step("sources", [sys.executable, "experiments/run.py", "-m", *common_overrides(args), "tree=ngram,lookahead,hybrid",
                          "data=mtbench,edit", f"hydra.sweep.dir={args.out / 'sources'}",
                          "hydra.sweep.subdir=${tree.policy}_${data.name}"],
              args.out, args.timeout)

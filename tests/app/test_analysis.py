@@ -79,7 +79,8 @@ def test_load_runs_matches_metrics_files(built):
     results, _ = built
     sources = load_runs(results / "sources")  # prompt lookup and hybrid trees on chat and edit prompts
     assert sorted(zip(sources.summaries["policy"], sources.summaries["data"])) == [
-        ("hybrid", "edit"), ("hybrid", "mtbench"), ("ngram", "edit"), ("ngram", "mtbench")]
+        ("hybrid", "edit"), ("hybrid", "mtbench"), ("lookahead", "edit"), ("lookahead", "mtbench"), ("ngram", "edit"),
+        ("ngram", "mtbench")]
     assert sources.passes["offered_sources"].map(len).sum() > 0
     runs = load_runs(results).without(results / "sources")
     run_dirs = sorted(p.parent for p in results.rglob("summary.json") if p.parent.parent.name != "sources")

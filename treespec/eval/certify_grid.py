@@ -6,7 +6,8 @@ context-indexed random p and q rows (vocabulary 6), continued to L = 4 tokens; g
 tables (exact). End to end: tiny Llama, Qwen2 and GPT-2 targets (vocabulary 6) with a DP-built irregular static
 tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2), EOS under sampling, an adaptive
 (confidence-stopped) tree, a draft vocabulary subset, batched decoding (a ragged batch), prompt lookup without a
-draft model, hybrid trees (model and lookup branches, on a prompt that repeats itself) and layer-skip
+draft model, hybrid trees (model and lookup branches, on a prompt that repeats itself), lookahead (a Jacobi window
+and its n-gram pool, alone with lookup and inside a batched hybrid tree) and layer-skip
 self-drafts (a 2-layer target with one layer skipped, alone and batched); `runs` seeded runs of
 the engine each, first L = 4 tokens against the enumerated law, and each case asserts that steps accepted a
 non-first sibling and their full depth and then went on.
