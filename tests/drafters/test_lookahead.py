@@ -62,20 +62,13 @@ def test_lookahead_needs_no_draft_and_gives_the_targets_greedy_output(arch):
         assert sum(o.mean_accepted for o in singles) / len(singles) > 1.2
 
 
-def test_hybrid_trees_with_a_lookahead_window_give_the_targets_greedy_output():
+def test_hybrid_trees_take_a_lookahead_window_as_a_third_source():  # greedy parity: test_sources.py
     target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
-    tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6, window=3, ngram_size=3,
-                           costs=StepCosts({1: 1.0, 8: 1.2, 32: 3.0}, {1: 0.3}))
+    tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6, window=3, ngram_size=3)
     assert isinstance(drafter_for(tree, draft, target, 64).ngram, LookaheadDrafter)
-    prompts = [*PROMPTS, REPEATING]
-    singles = [treespec.generate(target, draft, p, tree=tree, max_new_tokens=20) for p in prompts]
-    assert [s.tokens for s in singles] == [reference(target, p, 20) for p in prompts]
-    rows = treespec.generate_batch(target, draft, prompts, tree=tree, max_new_tokens=20)
-    assert [[s.accepted for s in r.steps] for r in rows] == [[s.accepted for s in o.steps] for o in singles]
-    sampled = dict(max_new_tokens=16, temperature=0.9, seed=4)
-    alone = [treespec.generate(target, draft, p, tree=tree, **{**sampled, "seed": 4 + b}).tokens
-             for b, p in enumerate(prompts)]
-    assert [r.tokens for r in treespec.generate_batch(target, draft, prompts, tree=tree, **sampled)] == alone
+    out = treespec.generate(target, draft, REPEATING, tree=tree, max_new_tokens=24)
+    assert out.tokens == reference(target, REPEATING, 24)
+    assert max(s.tree_size for s in out.steps) > 6  # the model's nodes, lookup's and the window's
     assert tree.describe()["window"] == 3 and "window" not in policies.Hybrid(policies.Dynamic(6, 4, 3)).describe()
 
 

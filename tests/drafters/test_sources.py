@@ -61,13 +61,14 @@ def test_prompt_lookup_needs_no_draft_and_gives_the_targets_greedy_output(arch):
     assert self_copy.mean_accepted > 1.5 and {s for step in self_copy.steps for s in step.accepted_sources} == {"ngram"}
 
 
-@pytest.mark.parametrize("kind", ["lm", "eagle"])
-def test_hybrid_trees_give_the_targets_greedy_output_and_rows_draft_as_alone(kind):
+@pytest.mark.parametrize("kind, window", [("lm", 0), ("eagle", 0), ("lm", 3)])  # window: a lookahead pool as well
+def test_hybrid_trees_give_the_targets_greedy_output_and_rows_draft_as_alone(kind, window):
     target = tiny_model("llama", seed=0)
     draft = tiny_model("llama", seed=1, layers=1) if kind == "lm" else init_eagle_from_target(target, list(range(64)))
     prompts = [*PROMPTS, REPEATING]
     for costs in (None, StepCosts({1: 1.0, 8: 1.2, 32: 3.0}, {1: 0.3})):
-        tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6, costs=costs)
+        tree = policies.Hybrid(policies.Dynamic(6, 4, 3), ngram_budget=8, ngram_depth=6, costs=costs, window=window,
+                               ngram_size=3)
         singles = [treespec.generate(target, draft.eval(), p, tree=tree, max_new_tokens=20) for p in prompts]
         assert [s.tokens for s in singles] == [reference(target, p, 20) for p in prompts]
         rows = treespec.generate_batch(target, draft, prompts, tree=tree, max_new_tokens=20)
