@@ -109,12 +109,13 @@ LOOKUP_PROMPT = [1, 4, 2, 3, 1, 4, 5, 0, 1, 4]
 @pytest.mark.parametrize("hybrid, sampling", [(False, SamplingConfig(1.0)), (True, SamplingConfig(0.7, top_p=0.9))])
 def test_first_tokens_follow_the_target(hybrid, sampling):
     target, draft = certify.tiny_lm("llama", seed=10, vocab=V), certify.tiny_lm("llama", seed=11, vocab=V)
-    tree = (policies.Hybrid(policies.Dynamic(5, 3, 3), ngram_budget=6, ngram_depth=4, window=3, ngram_size=2)
-            if hybrid else policies.Lookahead(budget=8, depth=4, window=3, ngram_size=2, prompt_lookup=True))
+    tree = (policies.Hybrid(policies.Dynamic(5, 3, 3), ngram_budget=6, ngram_depth=3, window=3, ngram_size=2)
+            if hybrid else policies.Lookahead(budget=8, depth=3, window=3, ngram_size=2, prompt_lookup=True))
     law = certify.target_law(target, LOOKUP_PROMPT, L, sampling)
     decoder = certify.EngineDecoder(target, draft if hybrid else None, LOOKUP_PROMPT, tree, L,
                                     temperature=sampling.temperature, top_p=sampling.top_p)
     verdict = certify.run_case(decoder, law, RUNS)
     assert verdict.passed, verdict
     assert decoder.events["non-first sibling"] >= 0.01 * RUNS and decoder.events["depth >= 2"] >= 0.01 * RUNS
+    assert decoder.events["full depth + bonus, then more"] > 0
     assert verdict.detectable_bias < 0.25

@@ -1,5 +1,7 @@
-"""Trees from candidates without a distribution: prompt lookup alone (`NGram`), and hybrid trees (`Hybrid`) whose
-branches come from the draft model (or head) and from prompt lookup, under one planned budget.
+"""Trees from candidates without a distribution: prompt lookup alone (`NGram`), lookahead decoding alone
+(`Lookahead`: a Jacobi window and the n-gram pool it fills, treespec.drafters.lookahead), and hybrid trees (`Hybrid`)
+whose branches come from the draft model (or head) and from prompt lookup (and, with `window`, a lookahead pool and
+window), under one planned budget.
 
 A node's children are a fixed set of distinct tokens whatever proposed them, so these trees are verified with the
 deterministic rule (greedy: argmax matching): lossless for any proposal (docs/algorithms.md). A hybrid tree is the

@@ -91,7 +91,7 @@ def end_to_end_cases() -> list[dict]:
          "eagle": True, "lookup": True, "batch": 4, "sampling": {"temperature": 1.0}},
         {"name": "e2e llama lookahead (Jacobi pool + lookup), T=1", "arch": "llama", "tree": "lookahead", "lookup": True,
          "sampling": {"temperature": 1.0}},
-        {"name": "e2e qwen2 hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "qwen2",
+        {"name": "e2e llama hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "llama",
          "tree": "hybrid_lookahead", "lookup": True, "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
         # drafts from the target itself: a 2-layer target drafting with one of its layers skipped
         {"name": "e2e llama layer skip (layer 1 of 2), dynamic, T=1", "arch": "llama", "tree": "dynamic",
@@ -115,10 +115,10 @@ def _tree(name: str):
         return NGram(budget=8, depth=4)
     if name == "hybrid":
         return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4)
-    if name == "lookahead":
-        return Lookahead(budget=8, depth=4, window=3, ngram_size=2, prompt_lookup=True)
+    if name == "lookahead":  # 3 levels: the window's chain would fill a deeper tree, and no step could go on after it
+        return Lookahead(budget=8, depth=3, window=3, ngram_size=2, prompt_lookup=True)
     if name == "hybrid_lookahead":
-        return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4, window=3,
+        return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=3, window=3,
                       ngram_size=2)
     return policies.Dynamic(budget=10, depth=3, topk=4)
 

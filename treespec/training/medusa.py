@@ -43,7 +43,7 @@ ISA = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # the flags a 
 @dataclass
 class MedusaDataSpec:
     dir: Optional[str] = None  # the corpus (relative to the repository); null: corpus/<target>
-    shards: int = 8  # the first N shards (pool order) train the heads
+    shards: int = 12  # the first N shards (pool order) train the heads
     heldout_shards: int = 1  # the corpus's last N shards are held out (never trained on)
 
 
@@ -57,7 +57,7 @@ class MedusaTeacherSpec:
 @dataclass
 class MedusaOptimSpec:
     positions_per_batch: int = 1024  # answer positions per step (each feeds all K heads)
-    epochs: float = 1.0
+    epochs: float = 2.0
     max_steps: Optional[int] = None  # overrides epochs when set
     dtype: str = "auto"  # the heads' forward: float32, bfloat16 (CPU autocast) or auto (bf16 where fast)
     lr: float = 3.0e-3
