@@ -227,10 +227,14 @@ def test_a_decoder_plugs_in():
     assert Counter(len(s) for s in decode(range(5))) == {3: 5}
 
 
-@pytest.mark.parametrize("name", [c["name"] for c in certify_grid.end_to_end_cases() if c.get("lookup") or c.get("skip")])
+NEWER_DRAFTERS = ("lookup", "skip", "medusa")
+
+
+@pytest.mark.parametrize("name", [c["name"] for c in certify_grid.end_to_end_cases()
+                                  if any(c.get(k) for k in NEWER_DRAFTERS)])
 def test_the_grids_newer_drafter_cases_run_and_pass_at_a_small_scale(name):
-    """`make certify`'s prompt-lookup, hybrid and layer-skip cases, at a fiftieth of their runs (their power is the
-    full run's)."""
+    """`make certify`'s prompt-lookup, lookahead, hybrid, Medusa and layer-skip cases, at a fiftieth of their runs
+    (their power is the full run's)."""
     case = next(c for c in certify_grid.end_to_end_cases() if c["name"] == name)
     settings = {"seed": 0, "alpha": 1e-3, "scale": 1 / 50, "runs": 14_500, "draws": 0, "greedy_tables": 0,
                 "targets": {"verification": 0.02, "end to end": 0.10}}

@@ -3,7 +3,7 @@
 import pytest
 from conftest import tiny_model
 
-from treespec.models.layouts import set_linear_layout
+from treespec.models.layouts import onednn_available, set_linear_layout
 from treespec.models.quantize import quantize_draft_weights
 from treespec.plan.bandwidth import bandwidth_bound_ms, memory_bandwidth, pass_bytes
 
@@ -23,8 +23,12 @@ def test_tied_embeddings_are_read_as_the_lm_head_and_second_copies_are_not_count
     tied = pass_bytes(model, 0).weights
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     assert tied == 4 * sum(p.numel() for p in model.parameters()) + buffers
-    set_linear_layout(model, "hybrid:4")  # a second (transposed) copy of every linear weight: not read twice
-    assert pass_bytes(model, 0).weights == tied
+    for layout in ("hybrid:4", "packed:1", "onednn"):  # a second copy of every linear weight: read once
+        if layout == "onednn" and not onednn_available():
+            continue
+        set_linear_layout(model, layout)
+        assert pass_bytes(model, 0).weights == tied, layout
+        set_linear_layout(model, "standard")
 
 
 def test_four_bit_weights_read_fewer_bytes():

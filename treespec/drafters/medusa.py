@@ -6,10 +6,9 @@ hidden state) at the token before the root, is all the heads read: the last acce
 The root's children get head 1's logits, and every node at depth d gets head d+1's, whatever its parent (the heads
 are conditionally independent): the root pass computes all K heads' logits at once (one read of the target's LM
 head, whose size sets the cost on a CPU, or of its rows for the heads' proposal vocabulary) and the levels below
-read them. The heads propose at most `max_depth` = K
-levels below the root; the policies cap their trees there (treespec.drafters.policies.level_limits), and a request
-deeper is a ConfigError. Proposal probabilities are the heads' softmax, recorded by the policy like any drafter's,
-so every verification rule stays lossless.
+read them. The heads propose at most `max_depth` = K levels below the root; the policies cap their trees there
+(treespec.drafters.policies.level_limits), and a request deeper is a ConfigError. Proposal probabilities are the
+heads' softmax, recorded by the policy like any drafter's, so every verification rule stays lossless.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from treespec.decode import verify as verify_module
 from treespec.decode.sampling import SamplingConfig, probabilities
 from treespec.decode.tree import TreeShape
 from treespec.models.eagle_head import init_eagle_from_target
+from treespec.models.medusa_head import new_heads
 
 Decode = Callable[[Sequence[int]], Sequence[Sequence[int]]]  # seeds -> one token sequence per seed
 
@@ -441,6 +442,18 @@ def eagle_head_for(target, seed: int = 0, noise: float = 0.05):
         for p in head.parameters():
             p.add_(noise * torch.randn_like(p))
     return head.eval()
+
+
+def medusa_heads_for(target, num_heads: int = 3, seed: int = 0, noise: float = 0.5):
+    """Medusa heads for a tiny target, moved off their identity initialisation (each head the target's own
+    next-token guess) by N(0, noise^2) weights, so that their guesses differ by head and are often wrong."""
+    torch.manual_seed(seed)
+    heads = new_heads(target, num_heads)
+    with torch.no_grad():
+        for p in heads.parameters():
+            if p.is_floating_point():
+                p.add_(noise * torch.randn_like(p))
+    return heads.eval()
 
 
 class EngineDecoder:

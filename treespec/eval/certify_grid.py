@@ -7,7 +7,7 @@ tables (exact). End to end: tiny Llama, Qwen2 and GPT-2 targets (vocabulary 6) w
 tree, Paths (with replacement), Dynamic trees, the EAGLE head (Llama, Qwen2), EOS under sampling, an adaptive
 (confidence-stopped) tree, a draft vocabulary subset, batched decoding (a ragged batch), prompt lookup without a
 draft model, hybrid trees (model and lookup branches, on a prompt that repeats itself), lookahead (a Jacobi window
-and its n-gram pool, alone with lookup and inside a batched hybrid tree) and layer-skip
+and its n-gram pool, alone with lookup and inside a batched hybrid tree), Medusa heads (alone and batched) and layer-skip
 self-drafts (a 2-layer target with one layer skipped, alone and batched); `runs` seeded runs of
 the engine each, first L = 4 tokens against the enumerated law, and each case asserts that steps accepted a
 non-first sibling and their full depth and then went on.
@@ -93,6 +93,11 @@ def end_to_end_cases() -> list[dict]:
          "sampling": {"temperature": 1.0}},
         {"name": "e2e llama hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "llama",
          "tree": "hybrid_lookahead", "lookup": True, "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
+        # Medusa heads: every node at depth d gets head d's proposal, whatever its parent
+        {"name": "e2e llama medusa heads (3), dynamic, T=1", "arch": "llama", "tree": "dynamic", "medusa": True,
+         "sampling": {"temperature": 1.0}},
+        {"name": "e2e qwen2 medusa heads (3), batch of 4 + ragged row, dp tree, T=0.7 top-p 0.9", "arch": "qwen2",
+         "tree": "dp", "medusa": True, "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
         # drafts from the target itself: a 2-layer target drafting with one of its layers skipped
         {"name": "e2e llama layer skip (layer 1 of 2), dynamic, T=1", "arch": "llama", "tree": "dynamic",
          "skip": [1], "sampling": {"temperature": 1.0}},
@@ -157,6 +162,8 @@ def _grid_case(case: dict, settings: dict, index: int) -> dict:
             draft = skipping(target, case["skip"])
         elif case.get("eagle"):
             draft = certify.eagle_head_for(target, seed=3)
+        elif case.get("medusa"):
+            draft = certify.medusa_heads_for(target, seed=3)
         else:
             draft = certify.tiny_lm(case["arch"], seed=11, vocab=VOCAB)
         prompt, filler = (LOOKUP_PROMPT, LOOKUP_FILLER) if case.get("lookup") else (PROMPT, FILLER)

@@ -173,10 +173,13 @@ def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def _second_copy_bytes(module: torch.nn.Linear) -> int:
-    """Bytes of a two-copy layer's second copy (MKL's padded size for a packed one), 0 for a plain layer."""
+def _second_copy_bytes(module: torch.nn.Linear, buffers_only: bool = False) -> int:
+    """Bytes of a two-copy layer's second copy (MKL's padded size for a packed one), 0 for a plain layer;
+    `buffers_only`: only a copy held as a module buffer (the transposed one of `HybridLinear`)."""
     if isinstance(module, HybridLinear):
         return module.weight_t.numel() * module.weight_t.element_size()
+    if buffers_only:
+        return 0
     if isinstance(module, PackedLinear):
         return module.weight_packed.numel() * module.weight_packed.element_size()
     if isinstance(module, OneDNNLinear):
@@ -273,9 +276,10 @@ def linear_layout(model: torch.nn.Module) -> str:
     return "standard"
 
 
-def extra_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by the second copies of a two-copy layout (0 for the plain layouts)."""
-    return sum(_second_copy_bytes(module) for module in _linears(model))
+def extra_bytes(model: torch.nn.Module, buffers_only: bool = False) -> int:
+    """Bytes held by the second copies of a two-copy layout (0 for the plain layouts); `buffers_only`: only those
+    among the model's buffers (what `model.buffers()` counts twice)."""
+    return sum(_second_copy_bytes(module, buffers_only) for module in _linears(model))
 
 
 def set_linear_layout(model: torch.nn.Module, layout: str, *, max_extra_bytes: int | None = None) -> torch.nn.Module:
