@@ -116,11 +116,12 @@ class LookaheadDrafter(NGramDrafter):
         self.jacobi = [JacobiRow(text, self.window, self.ngram, self.pool_size) for text in self.rows]
         self._trees = [None] * len(prompts)
 
-    def propose(self, roots: Sequence[int], budget: int, depths: Sequence[int],
-                window: Sequence[bool] | None = None) -> list[Candidates]:
+    def propose(self, roots: Sequence[int], budget: int, depths: Sequence[int], cost=None,
+                probe: int = 8) -> list[Candidates]:
         """Each row's trie: the pool's (and, with prompt lookup, the text's) continuations of its root, at most
-        `budget` nodes and depths[b] levels (root included), plus the window's chain where window[b] (default:
-        every row); the window is cut to the depth, not to the budget."""
+        `budget` nodes and depths[b] levels (root included), plus the window's chain, cut to the depth, not to the
+        budget: in every row without a `cost`, else where its rows pay, the step priced by cost(nodes)
+        (`window_wanted`, probed every `probe` steps)."""
         out = []
         for b, (text, row, root, depth) in enumerate(zip(self.rows, self.jacobi, roots, depths)):
             if text.tokens[-1] != int(root):
@@ -131,8 +132,10 @@ class LookaheadDrafter(NGramDrafter):
                     found = [(k, follow, "ngram") for k, follow in text.continuations(depth - 1, self.max_matches)]
                 found += [(1, rest[: depth - 1], "lookahead") for rest in row.pool.get(int(root), ())]
             trie = build_trie(root, found, budget)
-            if (window is None or window[b]) and depth > 1:
-                trie = graft(trie, row.window[: depth - 1], "jacobi")
+            if depth > 1:
+                grafted = graft(trie, row.window[: depth - 1], "jacobi")
+                if cost is None or self.window_wanted(b, cost(len(grafted.tokens)), cost(len(trie.tokens)), probe):
+                    trie = grafted
             out.append(trie)
         return out
 

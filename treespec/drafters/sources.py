@@ -162,24 +162,6 @@ class NGram:
         return [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
 
 
-def window_choices(drafter: LookaheadDrafter, roots: Sequence[int], budget: int, depths: Sequence[int],
-                   cost, probe: int) -> list[Candidates]:
-    """Each row's candidates, with the Jacobi window where its rows pay (`LookaheadDrafter.window_wanted`, the
-    step priced by cost(nodes)), always without a price."""
-    proposals = drafter.propose(roots, budget, depths)
-    if cost is None:
-        return proposals
-    wanted = []
-    for b, candidates in enumerate(proposals):
-        n = len(candidates.tokens)
-        own = sum(s == "jacobi" for s in candidates.sources or ())  # the nodes only the window proposed
-        wanted.append(drafter.window_wanted(b, cost(n), cost(n - own), probe))
-    if all(wanted):
-        return proposals
-    bare = drafter.propose(roots, budget, depths, window=wanted)
-    return [p if w else c for p, c, w in zip(proposals, bare, wanted)]
-
-
 @dataclass(frozen=True)
 class Lookahead:
     """Lookahead decoding (treespec.drafters.lookahead): each row's pool continuations of its root (at most `budget`
@@ -216,8 +198,7 @@ class Lookahead:
               generators: Sequence[torch.Generator | None], eos: Collection[int],
               max_levels: Sequence[int]) -> list[DraftTree]:
         cost = None if self.costs is None else (lambda n: self.costs.target_cost(n) + self.costs.overhead)
-        proposals = window_choices(drafter, roots, self.budget, [min(self.depth, m) for m in max_levels], cost,
-                                   self.probe)
+        proposals = drafter.propose(roots, self.budget, [min(self.depth, m) for m in max_levels], cost, self.probe)
         trees = [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
         drafter.note_trees(trees)
         return trees
@@ -360,9 +341,9 @@ class Hybrid:
                               "(or a Dynamic policy), since the merged tree is verified with the deterministic rule")
         mode = _mode(sampling)
         depths = [min(self.ngram_depth, m) for m in max_levels]
-        if self.window:
+        if self.window:  # the lookahead window's rows priced as the candidates' share of the pass
             cost = None if self.costs is None else (lambda n: self._cost(n, 0))
-            proposals = window_choices(drafter.ngram, roots, self.ngram_budget, depths, cost, self.probe)
+            proposals = drafter.ngram.propose(roots, self.ngram_budget, depths, cost, self.probe)
         else:
             proposals = drafter.ngram.propose(roots, self.ngram_budget, depths)
         ngram_trees = [candidate_tree(c, eos, mode) for c in proposals]
