@@ -211,3 +211,78 @@ def test_a_4_bit_target_is_its_snapped_model_up_to_rounding_and_decodes_as_itsel
     assert [r.tokens for r in rows] == [reference(target, p, 16) for p in PROMPTS]
     pair = with_target_weights(LoadedPair(snapped(tiny_model("llama", seed=0)), None, None), "int4")
     assert isinstance(pair.target.model.layers[1].mlp.gate_proj, Int4Linear)
+
+
+def _hidden_by_passes(model, tokens: torch.Tensor, splits) -> torch.Tensor:
+    """The lean decoder's last hidden states [n, H] for tokens [n], fed in passes of the sizes in `splits` (each a
+    causal pass over the cache so far)."""
+    from treespec.decode.cache import new_cache
+    from treespec.models.lean import lean_decoder
+
+    decoder, cache, start, out = lean_decoder(model), new_cache(model, 128), 0, []
+    for size in splits:
+        mask = torch.triu(torch.full((size, start + size), float("-inf")), diagonal=start + 1)[None, None]
+        hidden, _ = decoder(tokens[None, start:start + size], torch.arange(start, start + size)[None], mask, cache)
+        out.append(hidden[0])
+        start += size
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_4_bit_targets_hidden_states_do_not_depend_on_how_its_passes_are_cut(monkeypatch, arch, exact):
+    """Its products round their inputs to bf16, so a last-bit difference in attention becomes a bf16 step: exact
+    attention makes one-token passes, chains, uneven passes and transformers' own causal pass agree bit for bit
+    (the control, float32 attention, does not on this model here; it is skipped where it happens to)."""
+    from treespec.decode import cache
+    from treespec.models import attention, lean
+
+    if not exact:
+        for module in (lean, attention, cache):
+            monkeypatch.setattr(module, "exact_attention", lambda module: False)
+    target = quantize_target_weights(
+        snapped(tiny_model(arch, seed=3, hidden=256, layers=4, vocab=96, context=512)), "int4")
+    tokens = torch.randint(0, 96, (208,), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        one_by_one = _hidden_by_passes(target, tokens, [200] + [1] * 8)[200:]
+        runs = {"chain": _hidden_by_passes(target, tokens, [200, 8])[200:],
+                "uneven": _hidden_by_passes(target, tokens, [200, 3, 5])[200:],
+                "transformers": target.model(tokens[None]).last_hidden_state[0, 200:]}
+    agree = {name: torch.equal(hidden, one_by_one) for name, hidden in runs.items()}
+    if exact:
+        assert all(agree.values()), agree
+    elif all(agree.values()):
+        pytest.skip("float32 attention happened to be row-invariant for this model on this machine")
+
+
+@pytest.mark.parametrize("int4_ms", [{1: 5.0, 2: 6.0}, {1: 20.0, 2: 24.0}])
+def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faster(monkeypatch, tmp_path, int4_ms):
+    """target_weights="auto": a target on a 4-bit grid is also timed as 4-bit codes (one layout, fp32) and held so
+    when it plans faster, from the cache too; otherwise it stays as loaded. A target off the grid is not timed so."""
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)
+    plain_ms = {1: 10.0, 2: 12.0}
+
+    def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        held = any(isinstance(m, Int4Linear) for m in target.modules())
+        return hardware.LatencyProfile({1: int4_ms if held else plain_ms}, {1: {w: 1.0 for w in draft_widths}})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    target, draft, resolved = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
+                                                    target_weights="auto", sizes=(1, 2), repeats=1, warmup=0,
+                                                    prefix_len=8)
+    timed = [c for c in resolved.candidates if c["role"] == "target" and c.get("weights") == "int4"]
+    assert [c["layout"] for c in timed] == ["standard"]
+    faster = int4_ms[1] < plain_ms[1]
+    assert (resolved.target_weights == "int4") == faster == isinstance(target.model.layers[0].mlp.up_proj, Int4Linear)
+    assert ("int4 codes" in resolved.models()) == faster
+    again, _, cached = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
+                                             target_weights="auto", sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
+    assert cached.origin.startswith("cached") and (cached.target_weights == "int4") == faster
+    assert isinstance(again.model.layers[0].mlp.up_proj, Int4Linear) == faster
+    _, _, off_grid = hardware.auto_profile(tiny_model("llama", seed=0), None, target_weights="auto", sizes=(1, 2),
+                                           repeats=1, warmup=0, prefix_len=8)
+    assert off_grid.target_weights is None and not any(c.get("weights") for c in off_grid.candidates)
+    with pytest.raises(ConfigError, match="target_weights"):
+        hardware.auto_profile(snapped(tiny_model("llama", seed=0)), None, target_weights="int8", sizes=(1,))

@@ -56,7 +56,8 @@ class ModelSpec:
     acceptance_source: str = ""  # how the vectors were measured
     draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens
     draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (models.quantize)
-    target_weights: Optional[str] = None  # "int4": the target's 4-bit-grid layers (a Q4 GGUF's) held as 4-bit codes
+    target_weights: Optional[str] = "auto"  # "int4": the target's 4-bit-grid layers (a Q4 GGUF's) held as 4-bit codes;
+    # "auto": so where hardware=auto measures that faster; null: as loaded
 
 
 @dataclass
@@ -383,9 +384,9 @@ def with_layer_skip(pair: LoadedPair, *, remeasure: bool = False, progress: Opti
 
 def with_target_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     """The pair with the target's linear layers that lie on a 4-bit grid held in `scheme` ("int4",
-    treespec.models.quantize.quantize_target_weights: the same model, a quarter of the bytes; in place); None: as
-    is."""
-    if scheme is None:
+    treespec.models.quantize.quantize_target_weights: the same model, a quarter of the bytes; in place); None or
+    "auto" (left for `resolve_hardware` to choose): as is."""
+    if scheme is None or scheme == "auto":
         return pair
     from treespec.models.quantize import quantize_target_weights
 
@@ -407,7 +408,8 @@ def with_draft_precision(pair: LoadedPair, precision: Optional[str], layout: str
 
 def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *, hardware: str = "auto",
               device: torch.device | str = "cpu", dtype: str = "float32", layout: str = "auto",
-              attn_implementation: str = "treespec_sdpa", progress: Optional[Progress] = None) -> LoadedPair:
+              attn_implementation: str = "treespec_sdpa", progress: Optional[Progress] = None,
+              target_weights: Optional[str] = "auto") -> LoadedPair:
     """Target, optional draft and the target's tokenizer, checked to fit together, and by default tuned to this
     machine. target: a built-in name or a directory (None: the default target); draft: likewise ("default": the
     default draft, None: no draft, "layerskip": the target itself with some layers skipped, `with_layer_skip`).
@@ -417,7 +419,9 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
     machine's identity; treespec.plan.hardware), so that `pair.costs` plans trees; dtype="auto" lets the profile
     choose between fp32 and bf16 too. hardware="none": the models as loaded, in `dtype` and `layout` (with "auto"
     for either, fp32 and the standard layout, left for `resolve_hardware` to choose; a named profile goes through
-    `resolve_hardware` with its `HardwareSpec`)."""
+    `resolve_hardware` with its `HardwareSpec`). target_weights: "auto" lets hardware="auto" hold a target loaded
+    from a 4-bit GGUF (the default target) as 4-bit codes where that plans faster (`pair.hardware.target_weights`
+    says; the model decoded is then that quantized target), "int4" always, None never."""
     from treespec.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if hardware not in ("auto", "none"):
@@ -427,7 +431,7 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
     draft = DEFAULT_DRAFT if draft == "default" else draft
     if draft == LAYER_SKIP:  # the target drafts for itself: tuned alone, then searched on as configured
         pair = load_pair(target, None, hardware=hardware, device=device, dtype=dtype, layout=layout,
-                         attn_implementation=attn_implementation, progress=progress)
+                         attn_implementation=attn_implementation, progress=progress, target_weights=target_weights)
         return with_layer_skip(pair, progress=progress)
     device = resolve_device(str(device)) if isinstance(device, str) else device
     tokenizer = load_tokenizer(target)
@@ -439,7 +443,7 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
             check_tokenizers(target, draft, tokenizer)
         draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
-    pair = LoadedPair(target_model, draft_model, tokenizer)
+    pair = with_target_weights(LoadedPair(target_model, draft_model, tokenizer), target_weights)
     if hardware == "none":  # as loaded (dtype "auto": fp32 and layout "auto": standard, for a later resolve_hardware)
         if layout != "auto":
             for model in (target_model, draft_model):
@@ -447,19 +451,21 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
                     set_linear_layout(model, layout)
         return pair
     return resolve_hardware(HardwareSpec(name=hardware), pair, dtype=dtype, layout=layout, progress=progress,
-                            settings={"target": target, "draft": draft})
+                            settings={"target": target, "draft": draft}, target_weights=target_weights)
 
 
 def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "float32", layout: str = "auto",
-                     acceptance=None, progress: Optional[Progress] = None, settings: Optional[dict] = None) -> LoadedPair:
+                     acceptance=None, progress: Optional[Progress] = None, settings: Optional[dict] = None,
+                     target_weights: Optional[str] = "auto") -> LoadedPair:
     """The pair in the dtype and layout its profile chose, with that profile: measured or cached for `auto`
     (treespec.plan.hardware.auto_profile), as named otherwise. `acceptance` lets the target's configuration be
-    chosen by planned tokens per second."""
+    chosen by planned tokens per second; `target_weights="auto"` lets `auto` hold a target loaded from a 4-bit
+    GGUF as 4-bit codes where that plans faster (None: as it is)."""
     if spec.name == "auto":
         target, draft, resolved = auto_profile(pair.target, pair.draft, dtype=dtype, layout=layout,
                                                acceptance=acceptance, remeasure=spec.remeasure, repeats=spec.repeats,
                                                prefix_len=spec.prefix_len, settings=settings, progress=progress,
-                                               draft_vocab=pair.draft_vocab)
+                                               draft_vocab=pair.draft_vocab, target_weights=target_weights)
     else:
         if dtype == "auto":
             raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")

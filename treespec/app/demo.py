@@ -247,10 +247,7 @@ def _rows(out: Generation, wall: float, info: dict, session: Session, greedy: bo
         rows.append(("acceptance", f"{info['acceptance']} ({source})"))
     hardware = session.hardware
     rows.append(("device", hardware.device))
-    models = f"target {hardware.target_dtype} {hardware.target_layout}"
-    if hardware.draft_dtype:
-        models += f", draft {hardware.draft_dtype} {hardware.draft_layout}"
-    rows.append(("dtype, layout", models))
+    rows.append(("dtype, layout", hardware.models()))
     profile = hardware.origin
     if hardware.profile is not None:
         profile += f"; c = {hardware.profile.draft_cost():.3f}"

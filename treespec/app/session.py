@@ -138,10 +138,7 @@ class Session:
         hardware = self.pair.hardware
         if hardware is None:
             return "no hardware profile"
-        models = f"target {hardware.target_dtype} {hardware.target_layout}"
-        if hardware.draft_dtype:
-            models += f", draft {hardware.draft_dtype} {hardware.draft_layout}"
-        return f"{hardware.device}; {models}; hardware profile {hardware.origin}"
+        return f"{hardware.device}; {hardware.models()}; hardware profile {hardware.origin}"
 
 
 def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec, *, target: Optional[str] = None,
@@ -171,6 +168,7 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     if tune:
         acceptance = acceptance_for(model, TreeSpec(), sampling or SamplingConfig())
         pair = resolve_hardware(hardware, pair, dtype=runtime.dtype, layout=runtime.layout, acceptance=acceptance,
+                                target_weights=model.target_weights,
                                 progress=progress, settings=names)
     if self_draft:
         pair = with_layer_skip(pair, progress=progress)

@@ -6,7 +6,9 @@ plus the slots of its accepted path (a gather of non-contiguous slots into conti
 tokens) and drops the rest; `select_rows` drops finished rows. One row is B = 1, with no padding.
 
 `new_cache` returns a transformers `Cache` whose layers write new keys/values in place into buffers
-allocated once (transformers' DynamicCache concatenates the whole cache on every forward instead).
+allocated once (transformers' DynamicCache concatenates the whole cache on every forward instead). A model whose
+attention runs in float64 (`treespec.models.attention.exact_attention`: a 4-bit target) gets float64 buffers, so
+that keys and values are converted once, when written, instead of on every pass.
 """
 
 from __future__ import annotations
@@ -18,22 +20,26 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from treespec.errors import ConfigError
+from treespec.models.attention import NAME as TREESPEC_SDPA
+from treespec.models.attention import exact_attention
 
 
 class PreallocatedLayer(DynamicLayer):
     """A full-attention layer cache with buffers [B, H, capacity, D]; `keys`/`values` are views of the
     filled part. Appending writes in place; the buffers double when full."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, dtype: torch.dtype | None = None):
         super().__init__()
         self.capacity = capacity
         self.length = 0
+        self.storage_dtype = dtype  # None: the dtype of the first keys written
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, _ = key_states.shape
         self.device = key_states.device
-        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1])
-        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        dtype = self.storage_dtype or key_states.dtype
+        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1], dtype=dtype)
+        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1], dtype=dtype)
         self.is_initialized = True
         self.truncate(0)
 
@@ -88,7 +94,17 @@ def new_cache(model: PreTrainedModel, max_length: int, layers: int | None = None
         )
     if layers is None:
         layers = model.config.get_text_config().num_hidden_layers
-    return Cache(layers=[PreallocatedLayer(max_length + 64) for _ in range(layers)])
+    dtype = cache_dtype(model)
+    return Cache(layers=[PreallocatedLayer(max_length + 64, dtype) for _ in range(layers)])
+
+
+def cache_dtype(model: PreTrainedModel) -> torch.dtype | None:
+    """float64 for a model whose attention is exact (`exact_attention`) and reads the cache through treespec's
+    attention (which takes float64 keys with float32 queries; transformers' own would not), else None: the
+    dtype of the keys written."""
+    if getattr(model.config, "_attn_implementation", None) != TREESPEC_SDPA:
+        return None
+    return torch.float64 if any(exact_attention(module) for module in model.modules()) else None
 
 
 def cache_length(cache: Cache) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from treespec.models.attention import group_mask, grouped_query_attention
+from treespec.models.attention import exact_attention, group_mask, grouped_query_attention, in_float64
 from treespec.models.quantize import Int4Linear, concat_int4
 
 MODEL_TYPES = ("llama", "qwen2")
@@ -106,6 +106,7 @@ class _Layer:
     down: torch.nn.Module
     act: Callable[[torch.Tensor], torch.Tensor]
     scale: float
+    exact: bool  # attention in float64 (attention.exact_attention: a 4-bit o_proj rounds its input to bf16)
 
 
 class LeanDecoder:
@@ -129,7 +130,7 @@ class LeanDecoder:
                    layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
                    _joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                    layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
-                   layer.mlp.act_fn, layer.self_attn.scaling)
+                   layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn))
             for layer in decoder.layers
         ]
 
@@ -149,6 +150,7 @@ class LeanDecoder:
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, M, d]: the same for every head
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
         mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
+        exact_mask = in_float64(mask) if any(layer.exact for layer in self.layers) else None
         if layers is not None and keep:
             raise ValueError("intermediate states are kept only when every layer runs")
         run = range(len(self.layers)) if layers is None else layers
@@ -159,7 +161,8 @@ class LeanDecoder:
             key = rotate(qkv[..., q_end:k_end].view(rows, m, self.kv_heads, d).transpose(1, 2), cos, sin)
             value = qkv[..., k_end:].view(rows, m, self.kv_heads, d).transpose(1, 2)
             keys, values = cache.layers[slot].update(key, value)  # [B, kv_heads, L + M, d]
-            attended = grouped_query_attention(query, keys, values, mask, scale=layer.scale)  # [B, heads, M, d]
+            attended = grouped_query_attention(query, keys, values, exact_mask if layer.exact else mask,
+                                               scale=layer.scale, exact=layer.exact)  # [B, heads, M, d]
             x = x + layer.out(attended.transpose(1, 2).reshape(rows * m, self.heads * d))
             gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [B M, 2 I]
             x = x + layer.down(layer.act(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate:])

@@ -29,6 +29,7 @@ from treespec.errors import ConfigError
 from treespec.models.layouts import set_linear_layout
 
 SCHEMES = ("int4",)
+AUTO_WEIGHTS = "auto"  # a target's weights: held as 4-bit codes where hardware=auto measures that faster
 GROUP = 32  # input weights per scale / zero point
 ROW_BLOCK = 16  # the CPU kernel packs output rows in blocks of 16
 
@@ -175,6 +176,20 @@ def on_int4_grid(weight: torch.Tensor, group: int = GROUP) -> bool:
     span = (grouped.amax(-1) - grouped.amin(-1)).clamp_min(1e-30)  # [O, I / group]
     error = (dequantize_int4(codes, scale_zero) - weight.float()).abs().reshape(rows, cols // group, group).amax(-1)
     return bool((error <= 1e-5 * span).all())
+
+
+def holds_int4_grid(model: torch.nn.Module, probe: int = 4) -> bool:
+    """Whether the first `probe` linear layers of `model` (its output layer aside) include one on a 4-bit grid: a
+    target loaded from a Q4 GGUF, which `quantize_target_weights` can hold as 4-bit codes (cheap: the whole model
+    is checked only when it is quantized)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head][:probe]
+    return any(on_int4_grid(m.weight) for m in linears)
+
+
+def weight_scheme(model: torch.nn.Module) -> str | None:
+    """"int4" when some linear layer of `model` is held as 4-bit codes, else None."""
+    return "int4" if any(isinstance(m, Int4Linear) for m in model.modules()) else None
 
 
 def _check(scheme: str | None, model: torch.nn.Module, role: str) -> bool:

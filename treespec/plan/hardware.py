@@ -18,6 +18,12 @@ device's identity (CPU model and the ISA flags that matter, or the GPU's name), 
 thread count, fingerprints of both models' weights, their attention implementations, and the dtype and layout
 asked for. A later run with the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be
 read measures again.
+
+With `target_weights="auto"` (the default of `load_pair` and of `model.target_weights`) a target whose linear layers
+lie on a 4-bit grid (a Q4 GGUF's, as the default target's) is also timed with those layers held as 4-bit codes
+(`treespec.models.quantize.quantize_target_weights`; in fp32, its other layers in the oneDNN layout where there is
+one), and held so when that plans faster: the model then decoded is that quantized target, whose tree passes
+reproduce its own one-token decoding bit for bit (`treespec.models.attention.exact_attention`).
 Choosing is kept to about `max_seconds` (default 60): rounds stop early for slow models, and a model whose
 1-token pass takes over 0.1 s on a CPU is timed at fewer tree sizes. The chosen configuration is then timed again
 over all `repeats` rounds where the search stopped early, and that measurement is the profile trees are planned with.
@@ -62,6 +68,7 @@ from treespec.models.layouts import (
 )
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
 from treespec.models.precision import BF16_HEAD, configure, precision_name, with_precision
+from treespec.models.quantize import AUTO_WEIGHTS, holds_int4_grid, int4_available, quantize_target_weights, weight_scheme
 from treespec.plan.costs import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
 from treespec.plan.planner import plan_tree
 
@@ -162,11 +169,18 @@ class ResolvedHardware:
     draft_dtype: str | None
     draft_layout: str | None
     candidates: tuple[dict[str, Any], ...] = ()
+    target_weights: str | None = None  # "int4": the target's 4-bit-grid layers held as 4-bit codes
+
+    def models(self) -> str:
+        """The models' configuration in words, e.g. "target float32 onednn (int4 codes), draft float32 onednn"."""
+        line = f"target {self.target_dtype} {self.target_layout}" + (
+            f" ({self.target_weights} codes)" if self.target_weights else "")
+        return line + (f", draft {self.draft_dtype} {self.draft_layout}" if self.draft_dtype else "")
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "origin": self.origin, "device": self.device, "target_dtype": self.target_dtype,
-                "target_layout": self.target_layout, "draft_dtype": self.draft_dtype, "draft_layout": self.draft_layout,
-                "candidates": list(self.candidates)}
+                "target_layout": self.target_layout, "target_weights": self.target_weights,
+                "draft_dtype": self.draft_dtype, "draft_layout": self.draft_layout, "candidates": list(self.candidates)}
 
 
 def profiles_dir() -> Path:
@@ -303,13 +317,16 @@ def auto_profile(
     settings: dict[str, Any] | None = None,
     progress: Progress | None = None,
     draft_vocab: torch.Tensor | None = None,
+    target_weights: str | None = None,
 ) -> tuple[torch.nn.Module, torch.nn.Module | None, ResolvedHardware]:
     """Measure (or reuse from the cache) this pair's profile on its device; return the models in the chosen
     dtype and layout, and the profile with its origin. `dtype`: a dtype name, or "auto" (fp32, plus bf16 where
     it is fast); `layout`: "standard", "transposed", "hybrid:<rows>", "packed:<rows>", "onednn" or "auto" (both
     plain layouts and, with oneDNN, "onednn" on a CPU; for the target also their hybrid where they cross over and,
     in fp32 with MKL, the packed layouts; GPUs use standard); `draft_vocab`
-    [S]: the draft's levels are timed scoring only those token ids (`treespec.drafters.vocab`), a profile of its own."""
+    [S]: the draft's levels are timed scoring only those token ids (`treespec.drafters.vocab`), a profile of its own;
+    `target_weights`: "auto" also times the target with its 4-bit-grid layers held as 4-bit codes where it has
+    such layers and fp32 is among the dtypes (the module docstring); None or "int4": the target as given."""
     if layout != "auto":
         parse_layout(layout)
     device = next(target.parameters()).device
@@ -322,16 +339,21 @@ def auto_profile(
     if layout == "auto" and device.type == "cpu" and onednn_available():
         layouts.append(ONEDNN)
     draft_dtypes = draft_precisions(draft, dtypes, device) if draft is not None else []
+    int4_layouts = _int4_layouts(target, target_weights, dtypes, layouts)
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "draft_candidates": draft_dtypes, "layout": layout, "prefix_len": prefix_len,
            "attention": attention_names(target, draft)}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
+    if int4_layouts:
+        key["target_weights"] = AUTO_WEIGHTS
     path = _cache_path(key)
     entry = None if remeasure else _read_cache(path, key)
     if entry is not None:
         choice = entry["choice"]
+        if choice.get("target_weights"):
+            target = quantize_target_weights(target, choice["target_weights"])
         target, draft = configure(target, choice["target_dtype"], choice["target_layout"]), (
             configure(draft, choice["draft_dtype"], choice["draft_layout"]) if draft is not None else None)
         origin = f"cached from {entry['measured_at']} ({path})"
@@ -351,7 +373,7 @@ def auto_profile(
     # a draft whose linear layers are all 4-bit (treespec.models.quantize) has no weights for a layout to store
     quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
     draft_layouts = ["standard"] if quantized else layouts
-    total = configurations + len(draft_dtypes) * len(draft_layouts) + extras + 2
+    total = configurations + len(draft_dtypes) * len(draft_layouts) + extras + len(int4_layouts) + 2
     done = 0
 
     def tick(what: str) -> None:
@@ -376,17 +398,18 @@ def auto_profile(
                 draft_choice = (score, d_dtype, d_layout)
             tick(f"draft {d_dtype} {d_layout}")
         draft = configure(draft, draft_choice[1], draft_choice[2])
-    scored: list[tuple[float, str, str, LatencyProfile]] = []  # (ms per token, dtype, layout, profile)
-    plain: dict[str, LatencyProfile] = {}
+    scored: list[tuple[float, str, str, LatencyProfile, str | None]] = []  # (ms per token, dtype, layout, profile,
+    plain: dict[str, LatencyProfile] = {}                                  # target weights)
 
-    def measure_target(t_dtype: str, t_layout: str, variant: torch.nn.Module) -> LatencyProfile:
+    def measure_target(t_dtype: str, t_layout: str, variant: torch.nn.Module, weights: str | None = None) -> LatencyProfile:
         measured = measure_latency(variant, draft, sizes=sizes, draft_widths=DRAFT_WIDTHS if draft is not None else (),
                                    **common)
         score = _plan_ms_per_token(measured, acceptance)
         candidates.append({"role": "target", "dtype": t_dtype, "layout": t_layout, "ms_per_token": round(score, 3),
-                           "target_ms": {n: round(v, 3) for n, v in measured.target_ms[1].items()}})
-        scored.append((score, t_dtype, t_layout, measured))
-        tick(f"target {t_dtype} {t_layout}")
+                           "target_ms": {n: round(v, 3) for n, v in measured.target_ms[1].items()},
+                           **({"weights": weights} if weights else {})})
+        scored.append((score, t_dtype, t_layout, measured, weights))
+        tick(f"target {t_dtype} {t_layout}" + (f" {weights}" if weights else ""))
         return measured
 
     def measure_switched(t_dtype: str, kind: str, other: LatencyProfile, variant: torch.nn.Module) -> None:
@@ -421,12 +444,19 @@ def auto_profile(
                     packed = measure_target(t_dtype, layout_name(PACKED, 1), variant)
                     measure_switched(t_dtype, PACKED, packed, variant)
             plain = {}
+    if int4_layouts:  # a copy whose 4-bit-grid layers are 4-bit codes; its other layers (the LM head) take the layout
+        held = quantize_target_weights(copy.deepcopy(set_linear_layout(target, "standard")), "int4")
+        for t_dtype, t_layout, variant in _variants(held, ["float32"], int4_layouts, skipped("target int4")):
+            measure_target(t_dtype, t_layout, variant, weights="int4")
+        del held
     # the best planned ms per token, except that a two-copy layout within TWO_COPY_TIE of it is preferred: it runs
     # the standard kernels where those were faster, so its small passes tie with standard's within timing noise,
     # and it serves larger passes (batches of trees) faster, for the memory of its second copies
     lowest = min(score for score, *_ in scored)
     two_copy_ties = [s for s in scored if parse_layout(s[2])[0] in (HYBRID, PACKED) and s[0] <= TWO_COPY_TIE * lowest]
-    _, t_dtype, t_layout, profile = min(two_copy_ties or scored, key=lambda s: s[0])
+    _, t_dtype, t_layout, profile, t_weights = min(two_copy_ties or scored, key=lambda s: s[0])
+    if t_weights:
+        target = quantize_target_weights(target, t_weights)
     target = configure(target, t_dtype, t_layout)
     # where the search stopped early, the profile trees are planned with gets all `repeats` rounds: on an AMD EPYC
     # (2 cores, avx512_bf16; 2026-12-02) a t(n) left flat by a few noisy rounds planned a Sequoia tree of budget 16
@@ -444,13 +474,28 @@ def auto_profile(
             "layout_extra_mb": round(extra_bytes(target) / 1e6, 1)}
     profile = replace(profile, overhead_ms={1: overhead}, baseline_overhead_ms={1: baseline}, settings=info)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
-    choice = {"target_dtype": t_dtype, "target_layout": t_layout,
+    choice = {"target_dtype": t_dtype, "target_layout": t_layout, "target_weights": t_weights,
               "draft_dtype": draft_choice[1] if draft_choice else None,
               "draft_layout": draft_choice[2] if draft_choice else None}
     write_cache(path, {"key": key, "measured_at": measured_at, "choice": choice, "profile": profile.to_dict(),
                         "candidates": candidates})
     return target, draft, _resolved(profile, f"measured now ({seconds:.1f} s; cached in {path})", identity, target,
                                     draft, candidates)
+
+
+def _int4_layouts(target: torch.nn.Module, target_weights: str | None, dtypes: Sequence[str],
+                  layouts: Sequence[str]) -> list[str]:
+    """The layouts a target held in 4 bits is timed in (its LM head's and other off-grid layers'): none unless
+    `target_weights` is "auto", fp32 is a candidate, the int4 kernel runs here and the target has 4-bit-grid
+    layers; otherwise oneDNN's where it is among `layouts`, else the first of them."""
+    if target_weights is None or target_weights == "int4":
+        return []
+    if target_weights != AUTO_WEIGHTS:
+        raise ConfigError(f"target_weights must be {AUTO_WEIGHTS!r}, 'int4' or None, got {target_weights!r}")
+    device = next(target.parameters()).device
+    if "float32" not in dtypes or not int4_available(device) or weight_scheme(target) or not holds_int4_grid(target):
+        return []
+    return [ONEDNN] if ONEDNN in layouts else [layouts[0]]
 
 
 def draft_precisions(draft: torch.nn.Module, dtypes: Sequence[str], device: torch.device) -> list[str]:
@@ -464,7 +509,8 @@ def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], ta
               candidates: Sequence[dict[str, Any]], name: str = "auto") -> ResolvedHardware:
     return ResolvedHardware(profile, name, origin, describe_device(identity), dtype_name(target), linear_layout(target),
                             precision_name(draft) if draft is not None else None,
-                            linear_layout(draft) if draft is not None else None, tuple(candidates))
+                            linear_layout(draft) if draft is not None else None, tuple(candidates),
+                            weight_scheme(target))
 
 
 def named_profile(target: torch.nn.Module, draft: torch.nn.Module | None, profile: LatencyProfile | None, name: str,
