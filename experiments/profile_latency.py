@@ -27,7 +27,9 @@ from treespec.app import cli
 from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, TreeSpec, acceptance_for
 from treespec.app.session import open_session
 from treespec.decode.sampling import SamplingConfig
+from treespec.models.lean import lean_decoder
 from treespec.plan.bandwidth import memory_bandwidth, pass_bytes
+from treespec.plan.breakdown import pass_breakdown
 from treespec.plan.hardware import auto_profile
 
 
@@ -40,6 +42,7 @@ class ProfileLatencySchema(RuntimeSpec):
     repeats: int = 7
     warmup: int = 2
     install: bool = False
+    breakdown_sizes: list[int] = field(default_factory=lambda: [1, 8])  # tree sizes whose pass is broken down
     target: str = "${model.target}"
     draft: Optional[str] = "${model.draft}"
 
@@ -73,6 +76,11 @@ def run(cfg: DictConfig):
                  "pass_kv_mb": round(read.kv_cache / 1e6, 1), "bound_ms": round(read.total / bandwidth / 1e6, 3),
                  "t1_over_bound": round(profile.pass_ms() / (read.total / bandwidth / 1e6), 2)}
         profile.settings["bandwidth_bound"] = bound
+    # where a pass's time goes (products, attention, LM head, small operators, Python and dispatch)
+    breakdowns = ([pass_breakdown(target, n, prefix_len=cfg.prefix_len) for n in cfg.breakdown_sizes]
+                  if lean_decoder(target) is not None else [])
+    profile.settings["pass_breakdown"] = {b.tokens: {"wall_ms": round(b.wall_ms, 3), "operators": b.operators,
+                                                     **{k: round(v, 3) for k, v in b.ms.items()}} for b in breakdowns}
     name = cfg.name or f"{device.type}_{model.name}"
     path = cli.output_dir() / f"hardware_{name}.yaml"
     path.write_text(f"# measured by experiments/profile_latency.py on {resolved.device}\n"
@@ -88,6 +96,8 @@ def run(cfg: DictConfig):
         print(f"bandwidth bound: a 1-token pass reads {bound['pass_weight_mb']} MB of weights + {bound['pass_kv_mb']} MB "
               f"of cache at {bound['bandwidth_gbs']} GB/s ({torch.get_num_threads()} threads) = {bound['bound_ms']} ms; "
               f"t(1) = {profile.pass_ms():.2f} ms is {bound['t1_over_bound']}x that")
+    for breakdown in breakdowns:
+        print("breakdown: " + breakdown.line())
     if cfg.install:
         installed = cli.CONF_DIR / "hardware" / f"{name}.yaml"
         shutil.copyfile(path, installed)

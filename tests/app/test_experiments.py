@@ -139,6 +139,8 @@ def test_acceptance_latency_tree_pipeline(tmp_path):
     assert sorted(hardware["draft_ms"][1]) == [1, 2, 4, 8, 16] and hardware["settings"]["machine"].startswith("cpu")
     bound = hardware["settings"]["bandwidth_bound"]  # t(1) against the bytes a pass reads / measured bandwidth
     assert bound["bandwidth_gbs"] > 0 and bound["pass_weight_mb"] > 0 and bound["t1_over_bound"] > 0
+    breakdown = hardware["settings"]["pass_breakdown"]  # where the 1- and 8-token passes' time goes
+    assert sorted(breakdown) == [1, 8] and breakdown[1]["wall_ms"] > 0 and breakdown[8]["dense products"] > 0
     _app("build_tree.py", f"acceptance_file={tmp_path / 'acc' / 'acceptance.yaml'}", "hardware=tiny_cpu",
          f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "max_budget=4", f"hydra.run.dir={tmp_path / 'tree'}")
     tree = yaml.safe_load((tmp_path / "tree" / "tree.yaml").read_text())
