@@ -65,6 +65,7 @@ def run(cfg: DictConfig):
                                   acceptance=acceptance_for(model, TreeSpec(), SamplingConfig()), remeasure=True,
                                   sizes=list(cfg.sizes), repeats=cfg.repeats, warmup=cfg.warmup,
                                   prefix_len=cfg.prefix_len, progress=cli.progress_bar("profiling"),
+                                  target_weights=model.target_weights,
                                   settings={"target": cfg.target, "draft": cfg.draft, "model": model.name})
     profile = resolved.profile
     device = next(target.parameters()).device

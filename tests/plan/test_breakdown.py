@@ -5,14 +5,14 @@ import torch
 from conftest import tiny_model
 
 from treespec.models.quantize import dequantize_int4, int4_available, quantize_int4, quantize_target_weights
-from treespec.plan.breakdown import CATEGORIES, category, pass_breakdown
+from treespec.plan.breakdown import CATEGORIES, REST, category, pass_breakdown
 
 
 def test_operators_fall_into_their_categories():
     assert category("aten::_weight_int4pack_mm_for_cpu") == "4-bit products"
     assert category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert category("mkldnn::_linear_pointwise") == "dense products" and category("aten::addmm") == "dense products"
-    assert category("aten::mul") == "other operators"
+    assert category("aten::mul") == REST
 
 
 def test_a_dense_pass_adds_up_and_its_head_is_counted_apart():

@@ -1,13 +1,15 @@
-"""Where a target pass's time goes: matrix products, attention, the LM head, the small operators around them, and
-what no operator accounts for (Python and dispatch).
+"""Where a target pass's time goes: matrix products, attention, the LM head, and the small operators and Python
+around them.
 
 `pass_breakdown` times the engine's lean target pass (treespec.models.lean) over n tree tokens on a prefilled cache,
 once without the profiler (the wall time a pass takes) and once under `torch.profiler`, whose operator self times
 are sorted into categories by operator name (`category`); the LM head's operators are counted apart (they run
-inside a `record_function` range named LM_HEAD). The wall time left after every operator's self time is the
-Python and dispatch overhead: what a fused or compiled pass could remove, where the products are already at the
-memory bandwidth (treespec.plan.bandwidth). The profiler adds a little time to each operator, so small operators
-read somewhat high and the overhead somewhat low.
+inside a `record_function` range named LM_HEAD). The large kernels (products, attention, the head) take tens to
+hundreds of microseconds a call, so the profiler's own cost of a microsecond or two per call barely moves them;
+what is left of the unprofiled wall time is the small operators (norms, rotary, casts, cache writes, slicing) with
+the Python and dispatch between them, which the profiler cannot split reliably (it inflates exactly those). That
+remainder, with the operator count, is what a fused or compiled pass could remove; the products against the bytes
+they read say how far the kernels are from the memory bandwidth (treespec.plan.bandwidth).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from treespec.plan.costs import _prefilled_cache
 
 LM_HEAD = "treespec.lm_head"
 _UNDO = "treespec.undo"  # the cache rollback between passes: profiled, not part of a pass
-CATEGORIES = ("4-bit products", "dense products", "attention", "LM head", "other operators", "Python and dispatch")
+KERNELS = ("4-bit products", "dense products", "attention", "LM head")
+REST = "small operators and Python"
+CATEGORIES = (*KERNELS, REST)
 
 
 def category(name: str) -> str:
-    """The category of a profiled operator (not the LM head's, nor the Python remainder)."""
+    """The category of a profiled operator outside the LM head (REST for every small one)."""
     if "int4pack" in name or "int8pack" in name:
         return "4-bit products"
     if "scaled_dot_product" in name or "flash_attention" in name:
@@ -39,7 +43,7 @@ def category(name: str) -> str:
     if name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul") or \
             "mkl_linear" in name:
         return "dense products"
-    return "other operators"
+    return REST
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def pass_breakdown(model: PreTrainedModel, tokens: int = 1, *, prefix_len: int =
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(repeats):
                 one()
-    totals = dict.fromkeys(CATEGORIES, 0.0)
+    kernels = dict.fromkeys(KERNELS, 0.0)
     calls = 0
     for event in prof.events():
         above = {a.name for a in _ancestors(event)}
@@ -108,9 +112,10 @@ def pass_breakdown(model: PreTrainedModel, tokens: int = 1, *, prefix_len: int =
             continue
         calls += not any(a.name.startswith(("aten::", "mkldnn::")) for a in _ancestors(event))
         kind = "LM head" if LM_HEAD in above else category(event.name)
-        totals[kind] += event.self_cpu_time_total / 1e3 / repeats  # us -> ms per pass
-    measured = sum(totals.values())
-    totals["Python and dispatch"] = max(0.0, wall_ms - measured)
-    if measured > wall_ms:  # the profiler's own cost made operators read longer than the pass: scale them down
-        totals = {key: value * wall_ms / measured for key, value in totals.items()}
-    return PassBreakdown(tokens, prefix_len, wall_ms, totals, round(calls / repeats))
+        if kind in kernels:
+            kernels[kind] += event.self_cpu_time_total / 1e3 / repeats  # us -> ms per pass
+    measured = sum(kernels.values())
+    if measured > wall_ms:  # a noisy profiled run: the kernels cannot have taken longer than the pass
+        kernels = {key: value * wall_ms / measured for key, value in kernels.items()}
+    return PassBreakdown(tokens, prefix_len, wall_ms, {**kernels, REST: max(0.0, wall_ms - measured)},
+                         round(calls / repeats))
