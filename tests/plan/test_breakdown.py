@@ -10,6 +10,7 @@ from treespec.plan.breakdown import CATEGORIES, REST, category, pass_breakdown
 
 def test_operators_fall_into_their_categories():
     assert category("aten::_weight_int4pack_mm_for_cpu") == "4-bit products"
+    assert category("treespec_int4_matmul") == "4-bit products"  # treespec's kernel, a named profiler range
     assert category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert category("mkldnn::_linear_pointwise") == "dense products" and category("aten::addmm") == "dense products"
     assert category("aten::mul") == REST

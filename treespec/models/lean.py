@@ -184,7 +184,8 @@ def _sources(model: torch.nn.Module) -> tuple[list, list]:
                        layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
             objects.append(module)
             if isinstance(module, Int4Linear):
-                objects += [t for t in (module.packed, module.scale_zero, module.bias) if t is not None]
+                objects += [t for t in (module.packed, module.scale_zero, module.bias, module.kernel_codes,
+                                        module.kernel_scale, module.kernel_minimum) if t is not None]
     versions = [tensor_version(o) for o in objects if isinstance(o, torch.Tensor)]
     return objects, versions
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from treespec.errors import ConfigError
+from treespec.models import int4_cpu
 from treespec.models.layouts import set_linear_layout
 
 SCHEMES = ("int4",)
@@ -34,16 +35,23 @@ GROUP = 32  # input weights per scale / zero point
 ROW_BLOCK = 16  # the CPU kernel packs output rows in blocks of 16
 
 
-def quantize_int4(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight [O, I] (I a multiple of `group`) -> (codes [O, I] uint8 in 0..15, scale_zero [I / group, O, 2] fp32),
-    such that weight ~= (codes - 8) * scale + zero groupwise (`dequantize_int4`)."""
+def int4_grid(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [O, I] (I a multiple of `group`) -> (codes [O, I] uint8 in 0..15, scale [O, I / group], minimum
+    [O, I / group], fp32): asymmetric min/max rounding, weight ~= codes * scale + minimum groupwise."""
     rows, cols = weight.shape
     grouped = weight.detach().float().reshape(rows, cols // group, group)
     low, high = grouped.amin(-1, keepdim=True), grouped.amax(-1, keepdim=True)
     scale = ((high - low) / 15).clamp_min(1e-12)
     codes = torch.clamp(torch.round((grouped - low) / scale), 0, 15).to(torch.uint8).reshape(rows, cols)
+    return codes, scale[..., 0], low[..., 0]
+
+
+def quantize_int4(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [O, I] (I a multiple of `group`) -> (codes [O, I] uint8 in 0..15, scale_zero [I / group, O, 2] fp32),
+    such that weight ~= (codes - 8) * scale + zero groupwise (`dequantize_int4`): torch's kernel's form."""
+    codes, scale, low = int4_grid(weight, group)
     zero = low + 8 * scale
-    scale_zero = torch.cat([scale, zero], -1).transpose(0, 1).contiguous()  # [I / group, O, 2]
+    scale_zero = torch.stack([scale, zero], -1).transpose(0, 1).contiguous()  # [I / group, O, 2]
     return codes, scale_zero
 
 
@@ -82,12 +90,16 @@ def int4_linear(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor,
 
 
 class Int4Linear(torch.nn.Module):
-    """A linear layer whose weight is held as 4-bit codes (`quantize_int4`): `packed` for the kernel and, with
-    `keep_codes`, `codes` too (one per byte), so that `rows` can slice them (the kernel's blocks of 16 rows cannot
-    be sliced). Output rows are padded to a multiple of 16 with zero codes and cut off after the multiplication."""
+    """A linear layer whose weight is held as 4-bit codes (`int4_grid`): `packed` for torch's kernel and, where
+    treespec's kernel runs (`treespec.models.int4_cpu`), `kernel_codes`, `kernel_scale` and `kernel_minimum` for
+    it (fp32 scales and minimums: the grid as found); with `keep_codes`, `codes` too (one per byte), so that `rows`
+    can slice them (the kernels' blocks of 16 rows cannot be sliced). Output rows are padded to a multiple of 16
+    with zero codes and cut off after the multiplication. Which kernel a layer uses is fixed when it is built, so
+    that every pass of a model multiplies the same way."""
 
     def __init__(self, codes: torch.Tensor | None, scale_zero: torch.Tensor, bias: torch.Tensor | None,
-                 out_features: int, keep_codes: bool = True, packed: torch.Tensor | None = None):
+                 out_features: int, keep_codes: bool = True, packed: torch.Tensor | None = None,
+                 kernel: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         if packed is None:
             packed = pack_int4(codes)
@@ -97,9 +109,28 @@ class Int4Linear(torch.nn.Module):
         self.register_buffer("scale_zero", scale_zero)  # [I / group, O', 2]
         self.register_buffer("packed", packed)  # [O', I / 2] uint8
         self.register_buffer("bias", bias)  # [O] or None
+        codes_k, scale_k, minimum_k = kernel if kernel is not None else (None, None, None)
+        if kernel is not None:
+            int4_cpu.check_layout(*kernel)
+        self.register_buffer("kernel_codes", codes_k)  # [O' / 16, I / 32, 16, 16] uint8 (int4_cpu's layout)
+        self.register_buffer("kernel_scale", scale_k)  # [O' / 16, I / 32, 16]: fp32 bits as int32
+        self.register_buffer("kernel_minimum", minimum_k)  # [O' / 16, I / 32, 16]: fp32 bits as int32
+
+    @property
+    def kernel(self) -> str:
+        """"treespec" (int4_cpu's kernel) or "torch" (torch's `_weight_int4pack_mm_for_cpu`)."""
+        return "torch" if self.kernel_codes is None else "treespec"
+
+    def product_tensors(self) -> list[torch.Tensor]:
+        """The tensors a product reads (its kernel's codes, scales and zeros or minimums, the bias)."""
+        held = (self.kernel_codes, self.kernel_scale, self.kernel_minimum) if self.kernel == "treespec" else (
+            self.packed, self.scale_zero)
+        return [t for t in (*held, self.bias) if t is not None]
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, group: int = GROUP, keep_codes: bool = True) -> Int4Linear:
+    def from_linear(cls, linear: torch.nn.Linear, group: int = GROUP, keep_codes: bool = True,
+                    kernel: str | None = None) -> Int4Linear:
+        """kernel: "treespec", "torch", or None for treespec's where it runs (`int4_cpu.kernel_name`)."""
         weight = linear.weight.detach()
         out_features, in_features = weight.shape
         if in_features % group:
@@ -107,9 +138,11 @@ class Int4Linear(torch.nn.Module):
         pad = -out_features % ROW_BLOCK
         if pad:
             weight = torch.cat([weight, weight.new_zeros(pad, in_features)])
-        codes, scale_zero = quantize_int4(weight, group)
+        codes, scale, minimum = int4_grid(weight, group)
+        scale_zero = torch.stack([scale, minimum + 8 * scale], -1).transpose(0, 1).to(torch.bfloat16).contiguous()
         bias = None if linear.bias is None else linear.bias.detach().clone()
-        return cls(codes, scale_zero.to(torch.bfloat16), bias, out_features, keep_codes)
+        return cls(codes, scale_zero, bias, out_features, keep_codes,
+                   kernel=_kernel_tensors(codes, scale, minimum, group, kernel))
 
     def rows(self, index: torch.Tensor) -> Int4Linear:
         """The layer restricted to output rows `index` [S] (the same codes: a vocabulary-subset head)."""
@@ -119,28 +152,64 @@ class Int4Linear(torch.nn.Module):
         pad = -index.numel() % ROW_BLOCK
         padded = torch.cat([index, index[-1:].expand(pad)]) if pad else index
         bias = None if self.bias is None else self.bias[index].clone()
-        return Int4Linear(self.codes[padded].contiguous(), self.scale_zero[:, padded].contiguous(), bias, index.numel())
+        codes = self.codes[padded].contiguous()
+        kernel = None
+        if self.kernel_codes is not None:
+            scale, minimum = (int4_cpu.from_kernel_layout(t)[padded] for t in (self.kernel_scale, self.kernel_minimum))
+            kernel = int4_cpu.to_kernel_layout(codes, scale, minimum)
+        return Int4Linear(codes, self.scale_zero[:, padded].contiguous(), bias, index.numel(), kernel=kernel)
 
     def weight_fp32(self) -> torch.Tensor:
-        """The dequantized weight [O, I] in fp32 (for tests and inspection; needs keep_codes)."""
+        """The weight [O, I] in fp32 that the layer multiplies by (for tests and inspection; needs keep_codes)."""
         if self.codes is None:
             raise ConfigError("this int4 layer was built without keep_codes")
+        if self.kernel_codes is not None:
+            scale, minimum = (int4_cpu.from_kernel_layout(t).repeat_interleave(self.group, 1)
+                              for t in (self.kernel_scale, self.kernel_minimum))
+            return (self.codes.float() * scale + minimum)[: self.out_features]
         return dequantize_int4(self.codes, self.scale_zero)[: self.out_features]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., I] -> [..., O] in x's dtype."""
-        return int4_linear(x, self.packed, self.scale_zero, self.group, self.bias, self.out_features)
+        if self.kernel_codes is None:
+            return int4_linear(x, self.packed, self.scale_zero, self.group, self.bias, self.out_features)
+        out = int4_cpu.int4_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale,
+                                   self.kernel_minimum, checked=True)  # [N, O'] fp32
+        if out.shape[-1] != self.out_features:
+            out = out[:, : self.out_features]
+        if out.dtype != x.dtype:
+            out = out.to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias.to(x.dtype)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4, "
+                f"kernel={self.kernel}")
+
+
+def _kernel_tensors(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, group: int, kernel: str | None):
+    """treespec's kernel layout of a grid (codes [O', I], scale and minimum [O', I / group]), or None where the layer
+    is to use torch's kernel: asked for, or treespec's cannot run here (or not with this group size)."""
+    if kernel not in (None, "treespec", "torch"):
+        raise ConfigError(f"unknown int4 kernel {kernel!r}; choose treespec or torch")
+    if kernel == "torch" or group != int4_cpu.GROUP or codes.device.type != "cpu":
+        return None
+    why = int4_cpu.kernel_unavailable()
+    if why is not None:
+        if kernel == "treespec":
+            raise ConfigError(f"treespec's int4 kernel cannot run here: {why}")
+        return None
+    return int4_cpu.to_kernel_layout(codes, scale, minimum)
 
 
 def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
     """One layer whose output is the concatenation of `layers`' outputs for the same input (q/k/v, gate/up), from
     their packed rows joined; None where that does not give the same products (the kernel packs rows in blocks:
-    checked on a probe input) or the layers' inputs or groups differ."""
+    checked on a probe input) or the layers' inputs, groups or kernels differ."""
     first = layers[0]
-    if any(layer.in_features != first.in_features or layer.group != first.group for layer in layers):
+    if any(layer.in_features != first.in_features or layer.group != first.group or layer.kernel != first.kernel
+           for layer in layers):
         return None
     if any(layer.packed.shape[0] != layer.out_features for layer in layers[:-1]):  # padded rows only at the end
         return None
@@ -149,9 +218,13 @@ def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
     if any(b is not None for b in biases):
         like = next(b for b in biases if b is not None)
         bias = torch.cat([b if b is not None else like.new_zeros(layer.out_features) for b, layer in zip(biases, layers)])
+    kernel = None
+    if first.kernel == "treespec":
+        kernel = tuple(torch.cat([getattr(layer, name) for layer in layers])
+                       for name in ("kernel_codes", "kernel_scale", "kernel_minimum"))
     joined = Int4Linear(None, torch.cat([layer.scale_zero for layer in layers], 1), bias,
                         sum(layer.out_features for layer in layers), keep_codes=False,
-                        packed=torch.cat([layer.packed for layer in layers]))
+                        packed=torch.cat([layer.packed for layer in layers]), kernel=kernel)
     probe = torch.randn(3, first.in_features, generator=torch.Generator().manual_seed(0)).to(
         device=first.packed.device, dtype=torch.bfloat16)
     if not torch.equal(joined(probe), torch.cat([layer(probe) for layer in layers], -1)):

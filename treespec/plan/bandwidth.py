@@ -17,6 +17,7 @@ from statistics import median
 import torch
 
 from treespec.models.layouts import extra_bytes
+from treespec.models.quantize import Int4Linear
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,17 @@ def tensor_bytes(tensors, excluding=()) -> int:
 
 
 def pass_bytes(model: torch.nn.Module, prefix_len: int) -> PassBytes:
-    """What a 1-token pass of a causal LM reads after `prefix_len` cached tokens: its parameters and buffers (4-bit
-    codes and scales as stored), less the second copies of a two-copy layout that are buffers (the transposed copies of
+    """What a 1-token pass of a causal LM reads after `prefix_len` cached tokens: its parameters and buffers (of a
+    4-bit layer, what its kernel reads: `Int4Linear.product_tensors`), less the second copies of a two-copy layout that are buffers (the transposed copies of
     'hybrid'; 'packed' and 'onednn' hold theirs outside the module's tensors, so they count once) and the
     input embedding unless it is the LM head; plus 2 x layers x kv_heads x head_dim x prefix_len cache entries."""
-    weights = tensor_bytes([*model.parameters(), *model.buffers()]) - extra_bytes(model, buffers_only=True)
+    tensors = []
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            tensors += module.product_tensors()
+        else:
+            tensors += [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    weights = tensor_bytes(tensors) - extra_bytes(model, buffers_only=True)
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     head_weight = getattr(head, "weight", None) if head is not None else None
     if head_weight is None or embedding.weight.data_ptr() != head_weight.data_ptr():

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 from treespec.decode.cache import commit
 from treespec.decode.mask import flatten
 from treespec.decode.timing import Clock
+from treespec.models import int4_cpu
 from treespec.models.lean import lean_decoder
 from treespec.plan.costs import _prefilled_cache
 
@@ -36,7 +37,7 @@ CATEGORIES = (*KERNELS, REST)
 
 def category(name: str) -> str:
     """The category of a profiled operator outside the LM head (REST for every small one)."""
-    if "int4pack" in name or "int8pack" in name:
+    if "int4pack" in name or "int8pack" in name or name == int4_cpu.KERNEL_NAME:
         return "4-bit products"
     if "scaled_dot_product" in name or "flash_attention" in name:
         return "attention"

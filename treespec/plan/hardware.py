@@ -66,6 +66,7 @@ from treespec.models.layouts import (
     parse_layout,
     set_linear_layout,
 )
+from treespec.models import int4_cpu
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
 from treespec.models.precision import BF16_HEAD, configure, precision_name, with_precision
 from treespec.models.quantize import AUTO_WEIGHTS, holds_int4_grid, int4_available, quantize_target_weights, weight_scheme
@@ -343,7 +344,7 @@ def auto_profile(
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "draft_candidates": draft_dtypes, "layout": layout, "prefix_len": prefix_len,
-           "attention": attention_names(target, draft)}
+           "attention": attention_names(target, draft), "int4_kernel": int4_cpu.kernel_name()}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     if int4_layouts:
@@ -471,7 +472,7 @@ def auto_profile(
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
             "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1),
             **({"draft_dtype": draft_choice[1]} if draft_choice else {}),
-            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1)}
+            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1), "int4_kernel": int4_cpu.kernel_name()}
     profile = replace(profile, overhead_ms={1: overhead}, baseline_overhead_ms={1: baseline}, settings=info)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
     choice = {"target_dtype": t_dtype, "target_layout": t_layout, "target_weights": t_weights,
@@ -551,7 +552,8 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
            "draft_dtype": precision_name(model) if model is not None else None,
            "draft_layout": linear_layout(model) if model is not None else None,
            "attention": attention_names(target, model), "prefix_len": int(prefix_len),
-           "batch_sizes": sorted({int(b) for b in batch_sizes}), "sizes": sorted({int(n) for n in sizes} | {1})}
+           "batch_sizes": sorted({int(b) for b in batch_sizes}), "sizes": sorted({int(n) for n in sizes} | {1}),
+           "int4_kernel": int4_cpu.kernel_name()}
     if draft_vocab is not None:
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     if model is not draft:

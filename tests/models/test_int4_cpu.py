@@ -1,0 +1,84 @@
+import pytest
+import torch
+
+from treespec.models import int4_cpu
+from treespec.models.quantize import Int4Linear, int4_grid
+
+needs_kernel = pytest.mark.skipif(int4_cpu.kernel_unavailable() is not None,
+                                  reason=f"treespec's int4 kernel cannot run here: {int4_cpu.kernel_unavailable()}")
+
+
+def _grid(rows: int = 48, cols: int = 96, seed: int = 0):
+    weight = torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)) * 0.05
+    return int4_grid(weight)
+
+
+def test_the_layout_keeps_every_code_scale_and_minimum():
+    codes, scale, minimum = _grid()
+    packed, scale_k, minimum_k = int4_cpu.to_kernel_layout(codes, scale, minimum)
+    assert packed.shape == (3, 3, 16, 16) and packed.dtype == torch.uint8
+    assert torch.equal(int4_cpu.from_kernel_layout(scale_k), scale)
+    assert torch.equal(int4_cpu.from_kernel_layout(minimum_k), minimum)
+    # byte j of (block b, group g, pair p): column 16 b + j // 2 (low nibble) or + 8 (high nibble), k = 32 g + 2 p + j % 2
+    b, g, p, j = 2, 1, 5, 7
+    byte = int(packed[b, g, p, j])
+    assert byte & 15 == int(codes[16 * b + j // 2, 32 * g + 2 * p + j % 2])
+    assert byte >> 4 == int(codes[16 * b + 8 + j // 2, 32 * g + 2 * p + j % 2])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        int4_cpu.to_kernel_layout(codes[:40], scale[:40], minimum[:40])
+    with pytest.raises(ValueError, match="form"):
+        int4_cpu.check_layout(packed, scale_k.view(torch.float32), minimum_k)
+
+
+@needs_kernel
+def test_the_kernel_multiplies_by_the_grid_in_fp32():
+    codes, scale, minimum = _grid(64, 160)
+    weight = codes.double() * scale.double().repeat_interleave(32, 1) + minimum.double().repeat_interleave(32, 1)
+    x = torch.randn(11, 160, generator=torch.Generator().manual_seed(1))
+    out = int4_cpu.int4_matmul(x, *int4_cpu.to_kernel_layout(codes, scale, minimum))
+    expected = x.to(torch.bfloat16).double() @ weight.T  # the input rounded to bf16, nothing else
+    assert out.dtype == torch.float32 and out.shape == (11, 64)
+    layout = int4_cpu.to_kernel_layout(codes, scale, minimum)
+    assert torch.equal(int4_cpu.int4_matmul(x.to(torch.bfloat16), *layout), out)  # rounded as torch rounds
+    assert (out.double() - expected).abs().max() < 1e-5 * expected.abs().max()
+
+
+@needs_kernel
+def test_a_rows_outputs_do_not_depend_on_the_other_rows_or_the_threads():
+    layout = int4_cpu.to_kernel_layout(*_grid(80, 256, seed=2))
+    x = torch.randn(21, 256, generator=torch.Generator().manual_seed(3))  # row tiles of 8, and remainders
+    full = int4_cpu.int4_matmul(x, *layout)
+    for rows in (1, 2, 5, 8, 9, 16, 17):
+        assert torch.equal(int4_cpu.int4_matmul(x[:rows], *layout), full[:rows])
+    assert torch.equal(int4_cpu.int4_matmul(x[13:14], *layout)[0], full[13])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(int4_cpu.int4_matmul(x, *layout), full)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_kernel
+def test_an_int4_layer_on_either_kernel_is_the_same_function_up_to_rounding():
+    linear = torch.nn.Linear(96, 40, bias=True)
+    mine, theirs = Int4Linear.from_linear(linear), Int4Linear.from_linear(linear, kernel="torch")
+    assert (mine.kernel, theirs.kernel) == ("treespec", "torch")
+    x = torch.randn(2, 5, 96)
+    assert mine(x).shape == (2, 5, 40)
+    assert torch.allclose(mine(x), theirs(x), atol=2e-2, rtol=2e-2)  # torch's rounds scales and outputs to bf16
+    assert torch.allclose(mine(x), x @ mine.weight_fp32().T + linear.bias, atol=2e-2)
+    head = mine.rows(torch.tensor([3, 0, 39]))  # a vocabulary subset keeps the kernel and the codes
+    assert head.kernel == "treespec" and torch.equal(head(x), mine(x)[..., [3, 0, 39]])
+    assert mine.to(torch.bfloat16).kernel_scale.dtype == torch.int32  # Module.to leaves the fp32 bits alone
+
+
+def test_the_kernel_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(int4_cpu.ENV, "torch")
+    int4_cpu._load.cache_clear()
+    try:
+        assert int4_cpu.kernel_unavailable() == f"{int4_cpu.ENV}=torch" and int4_cpu.kernel_name() == "torch"
+        assert Int4Linear.from_linear(torch.nn.Linear(64, 16)).kernel == "torch"
+    finally:
+        monkeypatch.delenv(int4_cpu.ENV)
+        int4_cpu._load.cache_clear()

@@ -1,0 +1,129 @@
+/* treespec's CPU kernel for 4-bit weights: out[M, N] = x[M, K] @ W.T, W [N, K] held as 4-bit codes in groups of 32
+ * input weights with an fp32 scale and minimum each (w = code * scale + min), x in bf16, products and sums in fp32.
+ *
+ * Built by treespec.models.int4_cpu for the CPU it runs on (-march=native); it needs AVX-512 BF16 (vdpbf16ps).
+ * Per group g and output column n, the group's dot product splits into an exact integer-weighted part and a
+ * minimum part:  sum_j x_j w_j = scale_gn * sum_j x_j code_j + min_gn * sum_j x_j.  The codes 0..15 are exact in
+ * bf16, so vdpbf16ps multiplies them by x exactly and only the fp32 sums round.
+ *
+ * Every output element is computed by the same instruction sequence whatever the number of rows M, the row tile it
+ * falls in and the number of threads (threads split the columns, never a sum): a row's outputs do not depend on
+ * the other rows of the call, which lets a tree pass and a one-token pass of a 4-bit target agree bit for bit.
+ *
+ * Layout of the codes (uint8 [N / 16, K / 32, 16, 16]): for column block b, group g and pair p of input weights
+ * (k = 32 g + 2 p + {0, 1}), byte j holds in its low nibble the code of column 16 b + j / 2 at k = 32 g + 2 p + j % 2,
+ * and in its high nibble that of column 16 b + 8 + j / 2 at the same k. Widening the 16 bytes to words and putting
+ * the high nibbles after the low ones gives the 32 bf16 pairs that vdpbf16ps pairs with x's two inputs, one fp32
+ * lane per column. scale and min: fp32 [N / 16, K / 32, 16].
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifndef __AVX512BF16__
+#error "this kernel needs AVX-512 BF16"
+#endif
+
+#define ROW_TILE 8
+
+static inline __m512i decode(const uint8_t *bytes) {
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)bytes));
+    const __m256i low = _mm256_and_si256(words, _mm256_set1_epi16(0x0F));
+    const __m256i high = _mm256_srli_epi16(words, 4);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+/* rows r0 .. r0 + rows - 1 of column block b; rows is a compile-time constant after inlining (the accumulators
+ * stay in registers). Taking several blocks at once, for more independent chains in the few-row cases, measured
+ * slower (AMD EPYC, 2026-12-04). */
+static inline __attribute__((always_inline)) void tile(
+        const int rows, const uint16_t *x, const float *group_sums, const uint8_t *codes, const float *scale,
+        const float *minimum, float *out, const int64_t k, const int64_t n, const int64_t b, const int64_t r0,
+        const __m512i table) {
+    const int64_t groups = k / 32;
+    __m512 total[ROW_TILE];
+    for (int r = 0; r < rows; r++) total[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512 dot[ROW_TILE];
+        for (int r = 0; r < rows; r++) dot[r] = _mm512_setzero_ps();
+        const uint8_t *group_codes = codes + ((b * groups + g) * 16) * 16;
+        for (int p = 0; p < 16; p++) {
+            const __m512i weights = _mm512_permutexvar_epi16(decode(group_codes + 16 * p), table);
+            for (int r = 0; r < rows; r++) {
+                const int32_t pair = *(const int32_t *)(x + (r0 + r) * k + 32 * g + 2 * p);
+                dot[r] = _mm512_dpbf16_ps(dot[r], (__m512bh)weights, (__m512bh)_mm512_set1_epi32(pair));
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(scale + (b * groups + g) * 16);
+        const __m512 m = _mm512_loadu_ps(minimum + (b * groups + g) * 16);
+        for (int r = 0; r < rows; r++) {
+            total[r] = _mm512_fmadd_ps(dot[r], s, total[r]);
+            total[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(group_sums[(r0 + r) * groups + g]), total[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * n + 16 * b, total[r]);
+}
+
+#define TILE(rows) tile(rows, x, group_sums, codes, scale, minimum, out, k, n, b, r0, table)
+
+/* x: [m, k] fp32 (x_is_bf16 = 0, rounded to bf16 here, to nearest even) or bf16 bits (1); out: fp32 [m, n] (n a
+ * multiple of 16, k of 32); threads: OpenMP threads over column blocks. Returns 0, or -1 when out of memory. */
+int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
+                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int threads) {
+    const int64_t groups = k / 32;
+    uint16_t *converted = NULL;
+    const uint16_t *x = (const uint16_t *)x_in;
+    if (!x_is_bf16) {
+        converted = (uint16_t *)malloc((size_t)(m * k) * sizeof(uint16_t));
+        if (converted == NULL) return -1;
+        const float *source = (const float *)x_in;
+        for (int64_t i = 0; i < m * k; i += 16)  /* k is a multiple of 32 */
+            _mm256_storeu_si256((__m256i *)(converted + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(source + i)));
+        x = converted;
+    }
+    float *group_sums = (float *)malloc((size_t)(m * groups) * sizeof(float));
+    if (group_sums == NULL) {
+        free(converted);
+        return -1;
+    }
+    /* the sum of each row's inputs per group, in a fixed order */
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t g = 0; g < groups; g++) {
+            float sum = 0.0f;
+            for (int j = 0; j < 32; j++) {
+                const uint32_t bits = (uint32_t)x[r * k + 32 * g + j] << 16;
+                float value;
+                __builtin_memcpy(&value, &bits, sizeof value);
+                sum += value;
+            }
+            group_sums[r * groups + g] = sum;
+        }
+    }
+    uint16_t levels[32];
+    for (int c = 0; c < 32; c++) {  /* bf16 bits of 0.0 .. 15.0 (16 .. 31 unused) */
+        const float value = (float)(c & 15);
+        uint32_t bits;
+        __builtin_memcpy(&bits, &value, sizeof bits);
+        levels[c] = (uint16_t)(bits >> 16);
+    }
+    const __m512i table = _mm512_loadu_si512((const void *)levels);
+    const int64_t blocks = n / 16;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t r0 = 0;
+        for (; r0 + ROW_TILE <= m; r0 += ROW_TILE) TILE(ROW_TILE);
+        switch (m - r0) {
+            case 1: TILE(1); break;
+            case 2: TILE(2); break;
+            case 3: TILE(3); break;
+            case 4: TILE(4); break;
+            case 5: TILE(5); break;
+            case 6: TILE(6); break;
+            case 7: TILE(7); break;
+            default: break;
+        }
+    }
+    free(group_sums);
+    free(converted);
+    return 0;
+}
