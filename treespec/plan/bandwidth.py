@@ -46,9 +46,10 @@ def tensor_bytes(tensors, excluding=()) -> int:
 
 def pass_bytes(model: torch.nn.Module, prefix_len: int) -> PassBytes:
     """What a 1-token pass of a causal LM reads after `prefix_len` cached tokens: its parameters and buffers (of a
-    4-bit layer, what its kernel reads: `Int4Linear.product_tensors`), less the second copies of a two-copy layout that are buffers (the transposed copies of
-    'hybrid'; 'packed' and 'onednn' hold theirs outside the module's tensors, so they count once) and the
-    input embedding unless it is the LM head; plus 2 x layers x kv_heads x head_dim x prefix_len cache entries."""
+    4-bit layer, what its kernel reads: `Int4Linear.product_tensors`), less the second copies of a two-copy layout
+    that are buffers (the transposed copies of 'hybrid'; 'packed' and 'onednn' hold theirs outside the module's
+    tensors, so they count once) and the input embedding unless it is the LM head; plus 2 x layers x kv_heads x
+    head_dim x prefix_len cache entries."""
     tensors = []
     for module in model.modules():
         if isinstance(module, Int4Linear):

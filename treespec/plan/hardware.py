@@ -51,6 +51,7 @@ import torch
 import yaml
 
 from treespec.errors import ConfigError
+from treespec.models import int4_cpu
 from treespec.models.eagle_head import EagleDraftModel
 from treespec.models.layer_skip import LayerSkip
 from treespec.models.layouts import (
@@ -66,7 +67,6 @@ from treespec.models.layouts import (
     parse_layout,
     set_linear_layout,
 )
-from treespec.models import int4_cpu
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
 from treespec.models.precision import BF16_HEAD, configure, precision_name, with_precision
 from treespec.models.quantize import AUTO_WEIGHTS, holds_int4_grid, int4_available, quantize_target_weights, weight_scheme
