@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from treespec.models.cache_dir import cache_root
+
 SOURCE = Path(__file__).with_name("int4_kernel.c")
 KERNEL_NAME = "treespec_int4_matmul"
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
@@ -56,8 +58,6 @@ def _compiler() -> str | None:
 
 def _build(compiler: str) -> Path:
     """The kernel's shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
-    from treespec.models.loading import cache_root  # here: loading imports the modules that import this one
-
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
     key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(sorted(_cpu_flags()))]).encode())
     library = cache_root() / "kernels" / f"treespec_int4_{key.hexdigest()[:16]}.so"

@@ -37,6 +37,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from treespec.errors import ConfigError, MissingAssetError
 from treespec.models import attention, draft_lm, eagle_head, gguf, medusa_head
+from treespec.models.cache_dir import cache_root
 
 _REGISTERED = (draft_lm, eagle_head, medusa_head)  # importing them registers the architectures with transformers' Auto classes
 
@@ -67,11 +68,6 @@ def asset_package_dir(module: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MissingAssetError(f"the package '{module}' is not installed; run: {install_hint(module)}")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-def cache_root() -> Path:
-    """Where treespec caches derived files ($TREESPEC_CACHE, default ~/.cache/treespec)."""
-    return Path(os.environ.get("TREESPEC_CACHE", Path.home() / ".cache" / "treespec"))
 
 
 def default_target_gguf() -> Path:
