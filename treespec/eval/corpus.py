@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from treespec.errors import ConfigError
+from treespec.models.host import cpu_flags
 from treespec.models.loading import file_sha256
 
 FORMAT = 1
@@ -348,15 +349,6 @@ def load(directory: Path, manifest: dict, mode_names: Sequence[str], categories:
 # ----------------------------------------------------------------------------------------------------
 # Provenance
 # ----------------------------------------------------------------------------------------------------
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
 
 
 def cpu_has_fast_bf16() -> bool:

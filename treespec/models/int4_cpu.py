@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from treespec.models.cache_dir import cache_root
+from treespec.models.host import cache_root, cpu_flags
 
 SOURCE = Path(__file__).with_name("int4_kernel.c")
 KERNEL_NAME = "treespec_int4_matmul"
@@ -43,15 +43,6 @@ BLOCK = 16  # output columns per block of the layout
 GROUP = 32  # input weights per scale and minimum
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
-
-
 def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc"))
 
@@ -59,7 +50,7 @@ def _compiler() -> str | None:
 def _build(compiler: str) -> Path:
     """The kernel's shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(sorted(_cpu_flags()))]).encode())
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(sorted(cpu_flags()))]).encode())
     library = cache_root() / "kernels" / f"treespec_int4_{key.hexdigest()[:16]}.so"
     if library.is_file():
         return library
@@ -81,7 +72,7 @@ def _load() -> tuple[ctypes._CFuncPtr | None, str | None]:
         return None, f"{ENV}=torch"
     if platform.machine() not in ("x86_64", "AMD64"):
         return None, f"an x86-64 CPU is needed (this is {platform.machine()})"
-    missing = [flag for flag in NEEDED_FLAGS if flag not in _cpu_flags()]
+    missing = [flag for flag in NEEDED_FLAGS if flag not in cpu_flags()]
     if missing:
         return None, f"the CPU lacks {', '.join(missing)}"
     compiler = _compiler()

@@ -37,7 +37,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from treespec.errors import ConfigError, MissingAssetError
 from treespec.models import attention, draft_lm, eagle_head, gguf, medusa_head
-from treespec.models.cache_dir import cache_root
+from treespec.models.host import cache_root
 
 _REGISTERED = (draft_lm, eagle_head, medusa_head)  # importing them registers the architectures with transformers' Auto classes
 

@@ -50,9 +50,12 @@ def quantize_int4(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tenso
     """weight [O, I] (I a multiple of `group`) -> (codes [O, I] uint8 in 0..15, scale_zero [I / group, O, 2] fp32),
     such that weight ~= (codes - 8) * scale + zero groupwise (`dequantize_int4`): torch's kernel's form."""
     codes, scale, low = int4_grid(weight, group)
-    zero = low + 8 * scale
-    scale_zero = torch.stack([scale, zero], -1).transpose(0, 1).contiguous()  # [I / group, O, 2]
-    return codes, scale_zero
+    return codes, scale_zero_of(scale, low)
+
+
+def scale_zero_of(scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    """scale and minimum [O, I / group] -> torch's kernel's scale_zero [I / group, O, 2] (zero = minimum + 8 scale)."""
+    return torch.stack([scale, minimum + 8 * scale], -1).transpose(0, 1).contiguous()
 
 
 def dequantize_int4(codes: torch.Tensor, scale_zero: torch.Tensor) -> torch.Tensor:
@@ -80,6 +83,13 @@ def int4_linear(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor,
     if scale_zero.dtype != torch.bfloat16:
         scale_zero = scale_zero.to(torch.bfloat16)
     out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group, scale_zero)  # [N, O'] bf16
+    return _shaped_like(out, x, bias, out_features)
+
+
+def _shaped_like(out: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None, out_features: int | None
+                 ) -> torch.Tensor:
+    """A kernel's out [N, O'] for x [..., I] -> [..., O] in x's dtype: padded rows cut (O = out_features, None: all),
+    bias [O] added."""
     if out_features is not None and out.shape[-1] != out_features:
         out = out[:, :out_features]
     if out.dtype != x.dtype:
@@ -139,7 +149,7 @@ class Int4Linear(torch.nn.Module):
         if pad:
             weight = torch.cat([weight, weight.new_zeros(pad, in_features)])
         codes, scale, minimum = int4_grid(weight, group)
-        scale_zero = torch.stack([scale, minimum + 8 * scale], -1).transpose(0, 1).to(torch.bfloat16).contiguous()
+        scale_zero = scale_zero_of(scale, minimum).to(torch.bfloat16)
         bias = None if linear.bias is None else linear.bias.detach().clone()
         return cls(codes, scale_zero, bias, out_features, keep_codes,
                    kernel=_kernel_tensors(codes, scale, minimum, group, kernel))
@@ -175,13 +185,7 @@ class Int4Linear(torch.nn.Module):
             return int4_linear(x, self.packed, self.scale_zero, self.group, self.bias, self.out_features)
         out = int4_cpu.int4_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale,
                                    self.kernel_minimum, checked=True)  # [N, O'] fp32
-        if out.shape[-1] != self.out_features:
-            out = out[:, : self.out_features]
-        if out.dtype != x.dtype:
-            out = out.to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias.to(x.dtype)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return _shaped_like(out, x, self.bias, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4, "
