@@ -1,0 +1,239 @@
+/* treespec's decoder pass on the CPU: every layer of a 4-bit Llama-family model over M query rows in one call.
+ *
+ * Built with int4_kernel.c by treespec.models.int4_cpu (-march=native -ffp-contract=off) and called from
+ * treespec.models.native_pass. It computes what the model's modules compute in treespec's exact arithmetic
+ * (treespec.models.exact): each RMSNorm's statistics, the attention and the SiLU in float64, rounded once to fp32;
+ * the rotary embedding, the residual additions and the elementwise products in fp32, operation by operation, as
+ * torch does them (no fused multiply-adds: -ffp-contract=off); the products by treespec_int4_matmul. So the pass
+ * returns what the modules return (up to a float64 result lying within ~1e-16 of an fp32 rounding midpoint), and
+ * every query row's results depend on its own inputs and the keys it may see, never on the other rows: attention
+ * visits a row's visible keys in slot order and skips the others.
+ *
+ * Shapes: B rows of M query tokens each (BM = B * M), hidden size H, heads x head_dim query features, kv_heads x
+ * head_dim key/value features, intermediate size I. Cache buffers: [B, kv_heads, capacity, head_dim] fp32; the pass
+ * writes its keys and values at slots past .. past + M - 1 and attends over slots 0 .. past + M - 1 where
+ * visible[BM, past + M] is nonzero.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
+                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int threads);
+
+typedef struct {
+    const uint8_t *codes;  /* int4_kernel.c's layout */
+    const float *scale, *minimum;
+    const float *bias;  /* [out] or NULL */
+    int64_t in, out, padded;  /* padded: the columns the kernel writes (out rounded up to 16) */
+} Product;
+
+typedef struct {
+    const float *input_norm, *attention_norm;  /* [H] */
+    double input_eps, attention_eps;
+    Product qkv, o, gate_up, down;  /* qkv: [q | k | v] columns; gate_up: [gate | up] */
+} Layer;
+
+typedef struct {
+    int64_t batch, rows, hidden, heads, kv_heads, head_dim, intermediate, past;
+    double scale;  /* attention's score scale */
+    const float *final_norm;
+    double final_eps;
+    int threads;
+} Shape;
+
+/* e^x for float64 lanes, within a few ulps: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^13
+ * (truncation below 1e-17 relative), times 2^n. */
+static inline __m512d exp_pd(__m512d x) {
+    x = _mm512_min_pd(_mm512_max_pd(x, _mm512_set1_pd(-746.0)), _mm512_set1_pd(710.0));
+    const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    static const double inverse_factorials[14] = {
+        1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880,
+        1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
+    __m512d p = _mm512_set1_pd(inverse_factorials[13]);
+    for (int i = 12; i >= 0; i--) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(inverse_factorials[i]));
+    return _mm512_scalef_pd(p, n);
+}
+
+static inline double exp_sd(double x) {
+    return _mm512_cvtsd_f64(exp_pd(_mm512_set1_pd(x)));
+}
+
+/* out[h] = weight * fp32(x / rms(x)), the mean of squares and the division in float64 */
+static void rms_norm(const float *x, const float *weight, double eps, float *out, int64_t h) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < h; i++) sum += (double)x[i] * (double)x[i];
+    const double inverse = 1.0 / sqrt(sum / (double)h + eps);
+    for (int64_t i = 0; i < h; i++) {
+        const float normed = (float)((double)x[i] * inverse);
+        out[i] = weight[i] * normed;
+    }
+}
+
+/* out [m, p->padded] = x [m, p->in] @ W.T (+ bias on the first p->out columns) */
+static int product(const Product *p, const float *x, int64_t m, float *out, int threads) {
+    if (treespec_int4_matmul(x, 0, p->codes, p->scale, p->minimum, out, m, p->in, p->padded, threads)) return -1;
+    if (p->bias != NULL)
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < p->out; c++) out[r * p->padded + c] += p->bias[c];
+    return 0;
+}
+
+/* the rotary embedding of one head's features x [d] (rotate-half convention), fp32 as torch computes it */
+static void rotate(const float *x, const float *cos, const float *sin, float *out, int64_t d) {
+    const int64_t half = d / 2;
+    for (int64_t e = 0; e < d; e++) {
+        const float turned = e < half ? -x[e + half] : x[e - half];
+        const float a = x[e] * cos[e];
+        const float b = turned * sin[e];
+        out[e] = a + b;
+    }
+}
+
+static inline double dot(const double *q, const float *k, int64_t d) {
+    __m512d sum = _mm512_setzero_pd();
+    for (int64_t e = 0; e < d; e += 8)
+        sum = _mm512_fmadd_pd(_mm512_loadu_pd(q + e), _mm512_cvtps_pd(_mm256_loadu_ps(k + e)), sum);
+    return _mm512_reduce_add_pd(sum);
+}
+
+/* one query row's attention for the `groups` query heads that read kv head g of batch row b, in float64:
+ * query [groups, d] (fp32, rotated), out [groups, d] fp32. scratch: (groups + 1) * keys doubles and d * groups. */
+static void attend(const Shape *s, const float *query, const float *keys, const float *values,
+                   const uint8_t *visible, int64_t total, float *out, double *scratch) {
+    const int64_t d = s->head_dim, groups = s->heads / s->kv_heads;
+    int64_t *seen = (int64_t *)(scratch + groups * total);  /* the visible slots, ascending */
+    double *q = scratch + (groups + 1) * total, *acc = q + groups * d;
+    int64_t count = 0;
+    for (int64_t j = 0; j < total; j++)
+        if (visible[j]) seen[count++] = j;
+    for (int64_t t = 0; t < groups; t++)
+        for (int64_t e = 0; e < d; e++) q[t * d + e] = (double)query[t * d + e];
+    for (int64_t t = 0; t < groups; t++) {
+        double *score = scratch + t * total, best = -INFINITY;
+        for (int64_t c = 0; c < count; c++) {
+            score[c] = dot(q + t * d, keys + seen[c] * d, d) * s->scale;
+            if (score[c] > best) best = score[c];
+        }
+        double sum = 0.0;
+        int64_t c = 0;
+        for (; c + 8 <= count; c += 8) {
+            const __m512d e = exp_pd(_mm512_sub_pd(_mm512_loadu_pd(score + c), _mm512_set1_pd(best)));
+            _mm512_storeu_pd(score + c, e);
+        }
+        for (; c < count; c++) score[c] = exp_sd(score[c] - best);
+        for (c = 0; c < count; c++) sum += score[c];
+        double *a = acc + t * d;
+        for (int64_t e = 0; e < d; e++) a[e] = 0.0;
+        for (c = 0; c < count; c++) {
+            const float *v = values + seen[c] * d;
+            const __m512d weight = _mm512_set1_pd(score[c]);
+            for (int64_t e = 0; e < d; e += 8)
+                _mm512_storeu_pd(a + e, _mm512_fmadd_pd(weight, _mm512_cvtps_pd(_mm256_loadu_ps(v + e)),
+                                                         _mm512_loadu_pd(a + e)));
+        }
+        for (int64_t e = 0; e < d; e++) out[t * d + e] = count ? (float)(a[e] / sum) : 0.0f;
+    }
+}
+
+/* silu(gate) * up for one row: silu in float64 rounded to fp32, the product in fp32 */
+static void gated(const float *gate, const float *up, float *out, int64_t n) {
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gate + c));
+        const __m512d e = exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g));
+        const __m256 silu = _mm512_cvtpd_ps(_mm512_div_pd(g, _mm512_add_pd(_mm512_set1_pd(1.0), e)));
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(silu, _mm256_loadu_ps(up + c)));
+    }
+    for (; c < n; c++) {
+        const double g = (double)gate[c];
+        const float silu = (float)(g / (1.0 + exp_sd(-g)));
+        out[c] = silu * up[c];
+    }
+}
+
+/* x [BM, H]: the embeddings; out [BM, H]: the last hidden states, normed; cos/sin [BM, d]; visible [BM, past + M];
+ * keys/values: one cache buffer per layer; kept[i] (i = 0 .. n_layers, NULL or [BM, H]) receives the hidden
+ * states after i layers. Returns 0, or -1 when out of memory. */
+int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers, float *const *keys,
+                          float *const *values, const int64_t *capacity, const float *x_in, const float *cos,
+                          const float *sin, const uint8_t *visible, float *out, float *const *kept) {
+    const int64_t bm = s->batch * s->rows, h = s->hidden, d = s->head_dim, total = s->past + s->rows;
+    const int64_t q_width = s->heads * d, kv_width = s->kv_heads * d, groups = s->heads / s->kv_heads;
+    const Layer *first = &layers[0];
+    int64_t widest = first->qkv.padded;
+    if (first->gate_up.padded > widest) widest = first->gate_up.padded;
+    if (first->o.padded > widest) widest = first->o.padded;
+    if (first->down.padded > widest) widest = first->down.padded;
+    float *x = (float *)malloc((size_t)(bm * h) * sizeof(float));
+    float *normed = (float *)malloc((size_t)(bm * h) * sizeof(float));
+    float *wide = (float *)malloc((size_t)(bm * widest) * sizeof(float));
+    float *query = (float *)malloc((size_t)(bm * q_width) * sizeof(float));
+    float *attended = (float *)malloc((size_t)(bm * q_width) * sizeof(float));
+    float *hidden = (float *)malloc((size_t)(bm * s->intermediate) * sizeof(float));
+    const int64_t scratch_doubles = (groups + 1) * total + 2 * groups * d;
+    double *scratch = (double *)malloc((size_t)(s->threads * scratch_doubles) * sizeof(double));
+    int status = 0;
+    if (!x || !normed || !wide || !query || !attended || !hidden || !scratch) {
+        status = -1;
+        goto done;
+    }
+    memcpy(x, x_in, (size_t)(bm * h) * sizeof(float));
+    if (kept[0]) memcpy(kept[0], x, (size_t)(bm * h) * sizeof(float));
+    for (int64_t l = 0; l < n_layers; l++) {
+        const Layer *layer = &layers[l];
+        for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, layer->input_norm, layer->input_eps, normed + r * h, h);
+        if ((status = product(&layer->qkv, normed, bm, wide, s->threads))) goto done;
+        const int64_t stride = layer->qkv.padded;
+        for (int64_t r = 0; r < bm; r++) {  /* rotate queries and keys; write keys and values to the cache */
+            const int64_t b = r / s->rows, slot = s->past + r % s->rows;
+            const float *row = wide + r * stride;
+            for (int64_t head = 0; head < s->heads; head++)
+                rotate(row + head * d, cos + r * d, sin + r * d, query + r * q_width + head * d, d);
+            for (int64_t g = 0; g < s->kv_heads; g++) {
+                float *key = keys[l] + ((b * s->kv_heads + g) * capacity[l] + slot) * d;
+                rotate(row + q_width + g * d, cos + r * d, sin + r * d, key, d);
+                memcpy(values[l] + ((b * s->kv_heads + g) * capacity[l] + slot) * d, row + q_width + kv_width + g * d,
+                       (size_t)d * sizeof(float));
+            }
+        }
+        const int64_t tasks = bm * s->kv_heads;
+#pragma omp parallel for num_threads(s->threads) schedule(dynamic)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int64_t r = task / s->kv_heads, g = task % s->kv_heads, b = r / s->rows;
+            const int64_t base = (b * s->kv_heads + g) * capacity[l] * d;
+            attend(s, query + r * q_width + g * groups * d, keys[l] + base, values[l] + base, visible + r * total,
+                   total, attended + r * q_width + g * groups * d, scratch + omp_get_thread_num() * scratch_doubles);
+        }
+        if ((status = product(&layer->o, attended, bm, wide, s->threads))) goto done;
+        for (int64_t r = 0; r < bm; r++)
+            for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->o.padded + c];
+        for (int64_t r = 0; r < bm; r++)
+            rms_norm(x + r * h, layer->attention_norm, layer->attention_eps, normed + r * h, h);
+        if ((status = product(&layer->gate_up, normed, bm, wide, s->threads))) goto done;
+        for (int64_t r = 0; r < bm; r++) {
+            const float *row = wide + r * layer->gate_up.padded;
+            gated(row, row + s->intermediate, hidden + r * s->intermediate, s->intermediate);
+        }
+        if ((status = product(&layer->down, hidden, bm, wide, s->threads))) goto done;
+        for (int64_t r = 0; r < bm; r++)
+            for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->down.padded + c];
+        if (kept[l + 1]) memcpy(kept[l + 1], x, (size_t)(bm * h) * sizeof(float));
+    }
+    for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, s->final_norm, s->final_eps, out + r * h, h);
+done:
+    free(x);
+    free(normed);
+    free(wide);
+    free(query);
+    free(attended);
+    free(hidden);
+    free(scratch);
+    return status;
+}
