@@ -22,6 +22,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from treespec.errors import ConfigError
 from treespec.models.attention import NAME as TREESPEC_SDPA
 from treespec.models.attention import exact_attention
+from treespec.models.lean import lean_decoder
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -100,11 +101,15 @@ def new_cache(model: PreTrainedModel, max_length: int, layers: int | None = None
 
 def cache_dtype(model: PreTrainedModel) -> torch.dtype | None:
     """float64 for a model whose attention is exact (`exact_attention`) and reads the cache through treespec's
-    attention (which takes float64 keys with float32 queries; transformers' own would not), else None: the
-    dtype of the keys written."""
+    attention (which takes float64 keys with float32 queries; transformers' own would not), unless its passes run
+    in C (treespec.models.native_pass, which reads fp32 keys and widens them itself); else None: the dtype of the
+    keys written."""
     if getattr(model.config, "_attn_implementation", None) != TREESPEC_SDPA:
         return None
-    return torch.float64 if any(exact_attention(module) for module in model.modules()) else None
+    if not any(exact_attention(module) for module in model.modules()):
+        return None
+    lean = lean_decoder(model)
+    return None if lean is not None and lean.native is not None else torch.float64
 
 
 def cache_length(cache: Cache) -> int:

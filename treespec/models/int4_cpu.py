@@ -35,7 +35,7 @@ import torch
 
 from treespec.models.host import cache_root, cpu_flags
 
-SOURCE = Path(__file__).with_name("int4_kernel.c")
+SOURCES = (Path(__file__).with_name("int4_kernel.c"), Path(__file__).with_name("decoder_kernel.c"))
 KERNEL_NAME = "treespec_int4_matmul"
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
 NEEDED_FLAGS = ("avx512_bf16", "avx512bw", "avx512f")
@@ -48,16 +48,19 @@ def _compiler() -> str | None:
 
 
 def _build(compiler: str) -> Path:
-    """The kernel's shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
+    """The kernels' shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(sorted(cpu_flags()))]).encode())
-    library = cache_root() / "kernels" / f"treespec_int4_{key.hexdigest()[:16]}.so"
+    key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES), compiler, version,
+                                    " ".join(sorted(cpu_flags()))]).encode())
+    library = cache_root() / "kernels" / f"treespec_kernels_{key.hexdigest()[:16]}.so"
     if library.is_file():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
-        command = [compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", str(built), str(SOURCE)]
+        # -ffp-contract=off: decoder_kernel.c computes a * b + c as torch does, without fused multiply-adds
+        command = [compiler, "-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-o",
+                   str(built), *(str(source) for source in SOURCES), "-lm"]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed: {result.stderr.strip()[-400:]}")
@@ -66,8 +69,8 @@ def _build(compiler: str) -> Path:
 
 
 @functools.cache
-def _load() -> tuple[ctypes._CFuncPtr | None, str | None]:
-    """(the kernel function, None) or (None, why not)."""
+def library() -> tuple[ctypes.CDLL | None, str | None]:
+    """(treespec's CPU kernels as a loaded library, None) or (None, why they cannot run here)."""
     if os.environ.get(ENV, "").lower() == "torch":
         return None, f"{ENV}=torch"
     if platform.machine() not in ("x86_64", "AMD64"):
@@ -79,10 +82,18 @@ def _load() -> tuple[ctypes._CFuncPtr | None, str | None]:
     if compiler is None:
         return None, f"no C compiler ({os.environ.get('CC', 'cc')}) on PATH"
     try:
-        library = ctypes.CDLL(str(_build(compiler)))
+        return ctypes.CDLL(str(_build(compiler))), None
     except (OSError, RuntimeError) as error:
         return None, f"the kernel did not build or load: {error}"
-    function = getattr(library, KERNEL_NAME)
+
+
+@functools.cache
+def _load() -> tuple[ctypes._CFuncPtr | None, str | None]:
+    """(the 4-bit product function, None) or (None, why not)."""
+    loaded, why = library()
+    if loaded is None:
+        return None, why
+    function = getattr(loaded, KERNEL_NAME)
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     return function, None

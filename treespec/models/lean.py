@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 
 from treespec.models.attention import exact_attention, group_mask, grouped_query_attention, in_float64
+from treespec.models.exact import ExactRMSNorm, exact_rms_norm
+from treespec.models.native_pass import NativePass, native_unsupported
 from treespec.models.quantize import Int4Linear, concat_int4
 
 MODEL_TYPES = ("llama", "qwen2")
@@ -107,6 +109,10 @@ class _Layer:
     act: Callable[[torch.Tensor], torch.Tensor]
     scale: float
     exact: bool  # attention in float64 (attention.exact_attention: a 4-bit o_proj rounds its input to bf16)
+    exact_norms: bool  # the norms are treespec.models.exact's
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return exact_rms_norm(x, weight, eps) if self.exact_norms else rms_norm(x, weight, eps)
 
 
 class LeanDecoder:
@@ -125,14 +131,20 @@ class LeanDecoder:
         self.embed = decoder.embed_tokens
         self.rotary = decoder.rotary_emb
         self.final_norm, self.final_eps = decoder.norm.weight, decoder.norm.variance_epsilon
+        self.final_exact = isinstance(decoder.norm, ExactRMSNorm)
+        self.hidden = decoder.norm.weight.shape[0]
         self.layers = [
             _Layer(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
                    layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
                    _joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                    layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
-                   layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn))
+                   layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn),
+                   isinstance(layer.input_layernorm, ExactRMSNorm) and isinstance(layer.post_attention_layernorm,
+                                                                                  ExactRMSNorm))
             for layer in decoder.layers
         ]
+        self.native_unsupported = native_unsupported(self)  # why the pass runs as the torch loop below, or None
+        self.native = NativePass(self) if self.native_unsupported is None else None
 
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
                  keep: Sequence[int] = (), layers: Sequence[int] | None = None
@@ -147,16 +159,18 @@ class LeanDecoder:
         x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
         kept = {0: x.view(rows, m, -1)} if 0 in keep else {}
         cos, sin = self.rotary(x, position_ids)  # [B, M, d]
+        if layers is not None and keep:
+            raise ValueError("intermediate states are kept only when every layer runs")
+        run = range(len(self.layers)) if layers is None else layers
+        if self.native is not None and x.dtype == torch.float32 and self.native.usable(cache, rows, run):
+            return self.native(x, cos, sin, mask, cache, rows, m, keep, run)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, M, d]: the same for every head
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
         mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
         exact_mask = in_float64(mask) if any(layer.exact for layer in self.layers) else None
-        if layers is not None and keep:
-            raise ValueError("intermediate states are kept only when every layer runs")
-        run = range(len(self.layers)) if layers is None else layers
         for slot, index in enumerate(run):
             layer = self.layers[index]
-            qkv = layer.qkv(rms_norm(x, layer.input_norm, layer.input_eps)).view(rows, m, -1)  # [B, M, (h + 2 kv) d]
+            qkv = layer.qkv(layer.norm(x, layer.input_norm, layer.input_eps)).view(rows, m, -1)  # [B, M, (h + 2 kv) d]
             query = rotate(qkv[..., :q_end].view(rows, m, self.heads, d).transpose(1, 2), cos, sin)  # [B, heads, M, d]
             key = rotate(qkv[..., q_end:k_end].view(rows, m, self.kv_heads, d).transpose(1, 2), cos, sin)
             value = qkv[..., k_end:].view(rows, m, self.kv_heads, d).transpose(1, 2)
@@ -164,13 +178,14 @@ class LeanDecoder:
             attended = grouped_query_attention(query, keys, values, exact_mask if layer.exact else mask,
                                                scale=layer.scale, exact=layer.exact)  # [B, heads, M, d]
             x = x + layer.out(attended.transpose(1, 2).reshape(rows * m, self.heads * d))
-            gate_up = layer.gate_up(rms_norm(x, layer.attention_norm, layer.attention_eps))  # [B M, 2 I]
+            gate_up = layer.gate_up(layer.norm(x, layer.attention_norm, layer.attention_eps))  # [B M, 2 I]
             x = x + layer.down(layer.act(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate:])
             if index + 1 in keep:
                 kept[index + 1] = x.view(rows, m, -1)
 
         x = x.view(rows, m, -1)
-        return rms_norm(x, self.final_norm, self.final_eps), kept
+        final = exact_rms_norm if self.final_exact else rms_norm
+        return final(x, self.final_norm, self.final_eps), kept
 
 
 def _sources(model: torch.nn.Module) -> tuple[list, list]:

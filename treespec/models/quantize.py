@@ -27,6 +27,7 @@ import torch
 
 from treespec.errors import ConfigError
 from treespec.models import int4_cpu
+from treespec.models.exact import make_exact
 from treespec.models.layouts import set_linear_layout
 
 SCHEMES = ("int4",)
@@ -296,11 +297,12 @@ def _replace(model: torch.nn.Module, make) -> int:
 
 def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
     """Replace every nn.Linear of `model` (the LM head included, which alone keeps its codes for vocabulary subsets)
-    by its `scheme` form, in place, rounding the weights; None: as is. For drafts, whose weights only change what
+    by its `scheme` form, in place, rounding the weights, in exact arithmetic (`treespec.models.exact`); None: as is. For drafts, whose weights only change what
     they propose: a target must keep its weights (`quantize_target_weights`)."""
     if _check(scheme, model, "draft"):
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         _replace(model, lambda child: Int4Linear.from_linear(child, group, keep_codes=child is head))
+        make_exact(model)
     return model
 
 
@@ -308,12 +310,13 @@ def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: i
     """Hold the linear layers of a target whose weights lie on a 4-bit grid (`on_int4_grid`: a Q4_0 / Q4_1 / Q4_K
     GGUF's quantized tensors, dequantized when loaded) as 4-bit codes, in place; every other layer (a Q6_K or Q8_0
     tensor, such as the default target's embedding-tied LM head) stays as it is. The model is then the same
-    function of its inputs up to float rounding (the scales and minimums are held in bf16 and the products run in
-    bf16: this quantized target is the model whose outputs treespec keeps). None: as is. ConfigError when no layer
+    function of its inputs up to float rounding (the products run on bf16 inputs: this quantized target is the model
+    whose outputs treespec keeps), computed in treespec's exact arithmetic (`treespec.models.exact`). None: as is. ConfigError when no layer
     lies on such a grid (4-bit codes would round the weights of another model)."""
     if _check(scheme, model, "target"):
         if not _replace(model, lambda child: Int4Linear.from_linear(child, group) if on_int4_grid(child.weight, group)
                         else None):
             raise ConfigError("no linear layer of the target lies on a 4-bit grid: int4 target weights hold a model "
                               "quantized to 4 bits (a Q4 GGUF) as it is, and would round another one's")
+        make_exact(model)
     return model

@@ -1,0 +1,177 @@
+"""A 4-bit decoder's whole pass in one C call (`decoder_kernel.c`): the lean pass without Python between operators.
+
+A lean pass (treespec.models.lean) of the default 135M target runs some 2,400 torch operators; at one to sixteen
+query rows most of its time is their dispatch and the float64 copies exact attention makes, not the products.
+`NativePass` runs the same layers, in the same exact arithmetic (treespec.models.exact: the products by
+treespec's 4-bit kernel, norms, attention and SiLU in float64 rounded once, the rest fp32 operation by operation),
+in C: the embeddings and the rotary cos/sin come from the model's modules, the LM head stays with the caller.
+Its results are the lean pass's and transformers' modules' (tests/models/test_native_pass.py), and each query
+row's depend only on its own inputs and the keys it may see.
+
+`native_unsupported(lean)` says why a model cannot run this way: it needs treespec's kernels (treespec.models.int4_cpu:
+x86-64 with AVX-512 BF16 and a C compiler), every projection a 4-bit layer on treespec's kernel (q/k/v and gate/up
+joinable), exact norms and SiLU, fp32 activations, head sizes a multiple of 8. The KV cache is held in fp32
+(the keys and values are fp32 values; the C pass widens them as it reads). `TREESPEC_NATIVE_PASS=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from collections.abc import Sequence
+
+import torch
+
+from treespec.models import int4_cpu
+from treespec.models.exact import ExactSiLU
+from treespec.models.quantize import Int4Linear
+
+ENV = "TREESPEC_NATIVE_PASS"  # "0": run 4-bit models' passes through the lean torch loop instead
+FUNCTION = "treespec_decoder_pass"
+
+
+class _Product(ctypes.Structure):
+    _fields_ = [("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("minimum", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("inputs", ctypes.c_int64), ("outputs", ctypes.c_int64),
+                ("padded", ctypes.c_int64)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("input_norm", ctypes.c_void_p), ("attention_norm", ctypes.c_void_p), ("input_eps", ctypes.c_double),
+                ("attention_eps", ctypes.c_double), ("qkv", _Product), ("o", _Product), ("gate_up", _Product),
+                ("down", _Product)]
+
+
+class _Shape(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int64), ("rows", ctypes.c_int64), ("hidden", ctypes.c_int64),
+                ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("intermediate", ctypes.c_int64), ("past", ctypes.c_int64), ("scale", ctypes.c_double),
+                ("final_norm", ctypes.c_void_p), ("final_eps", ctypes.c_double), ("threads", ctypes.c_int)]
+
+
+@functools.cache
+def _function():
+    library, why = int4_cpu.library()
+    if library is None:
+        return None, why
+    function = getattr(library, FUNCTION)
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 9
+    return function, None
+
+
+def _treespec_int4(layer) -> bool:
+    return isinstance(layer, Int4Linear) and layer.kernel == "treespec"
+
+
+def _fp32(tensor: torch.Tensor) -> bool:
+    return tensor.dtype == torch.float32 and tensor.is_contiguous() and tensor.device.type == "cpu"
+
+
+def native_unsupported(lean) -> str | None:
+    """Why a `LeanDecoder`'s model cannot run through `NativePass`, or None when it can."""
+    if os.environ.get(ENV, "1") == "0":
+        return f"{ENV}=0"
+    why = _function()[1]
+    if why is not None:
+        return why
+    if lean.head_dim % 8 or lean.heads % lean.kv_heads:
+        return f"head size {lean.head_dim} (a multiple of 8 is needed) or heads {lean.heads} / {lean.kv_heads}"
+    if not _fp32(lean.final_norm) or not lean.final_exact:
+        return "a final norm that is not an exact fp32 RMSNorm"
+    for layer in lean.layers:
+        if not all(_treespec_int4(p) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
+            return "a projection that is not a joined 4-bit layer on treespec's kernel"
+        if not (layer.exact and layer.exact_norms and isinstance(layer.act, ExactSiLU)):
+            return "norms, attention or activation outside exact arithmetic (treespec.models.exact)"
+        if not (_fp32(layer.input_norm) and _fp32(layer.attention_norm)):
+            return "norm weights that are not fp32"
+        if any(p.bias is not None and not _fp32(p.bias) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
+            return "a bias that is not fp32"
+        if layer.scale != lean.layers[0].scale:
+            return "attention scales that differ between layers"
+    return None
+
+
+def _product(layer: Int4Linear) -> _Product:
+    return _Product(layer.kernel_codes.data_ptr(), layer.kernel_scale.data_ptr(), layer.kernel_minimum.data_ptr(),
+                    0 if layer.bias is None else layer.bias.data_ptr(), layer.in_features, layer.out_features,
+                    layer.kernel_codes.shape[0] * int4_cpu.BLOCK)
+
+
+class NativePass:
+    """A `LeanDecoder`'s layers as `decoder_kernel.c`'s structures (built once; the tensors stay the decoder's)."""
+
+    def __init__(self, lean):
+        reason = native_unsupported(lean)
+        if reason is not None:
+            raise ValueError(f"NativePass cannot run this model: {reason}")
+        self.lean = lean
+        self.layers = (_Layer * len(lean.layers))(*[
+            _Layer(layer.input_norm.data_ptr(), layer.attention_norm.data_ptr(), layer.input_eps, layer.attention_eps,
+                   _product(layer.qkv), _product(layer.out), _product(layer.gate_up), _product(layer.down))
+            for layer in lean.layers])
+
+    def usable(self, cache, rows: int, layers: Sequence[int]) -> bool:
+        """Whether the cache layers the pass would write hold fp32 buffers it can write in place (the protocol of
+        treespec.decode.cache.PreallocatedLayer)."""
+        for slot in range(len(layers)):
+            layer = cache.layers[slot] if slot < len(cache.layers) else None
+            if not all(hasattr(layer, name) for name in ("capacity", "storage_dtype", "_grow", "truncate")):
+                return False
+            if layer.is_initialized:
+                if layer.key_buffer.dtype != torch.float32 or layer.key_buffer.shape[0] != rows:
+                    return False
+            elif layer.storage_dtype not in (None, torch.float32):
+                return False
+        return True
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cache,
+                 rows: int, m: int, keep: Sequence[int], layers: Sequence[int]
+                 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """x [B M, H] fp32 embeddings, cos/sin [B, M, d], mask [B or 1, 1, M, L + M] (additive: 0 visible, or
+        bool), cache as `LeanDecoder` takes it (`usable`) -> (last hidden states [B, M, H], normed; {i: hidden
+        states [B, M, H] after i layers, for i in keep})."""
+        lean, d = self.lean, self.lean.head_dim
+        past = cache.layers[0].get_seq_length()
+        end = past + m
+        keys, values, capacity = [], [], []
+        for slot in range(len(layers)):
+            layer = cache.layers[slot]
+            if not layer.is_initialized:
+                empty = x.new_empty(rows, lean.kv_heads, 0, d)
+                layer.lazy_initialization(empty, empty)
+            if layer.length != past:
+                raise ValueError(f"cache layer {slot} holds {layer.length} slots where layer 0 holds {past}")
+            if end > layer.capacity:
+                layer._grow(end)
+            keys.append(layer.key_buffer.data_ptr())
+            values.append(layer.value_buffer.data_ptr())
+            capacity.append(layer.capacity)
+        visible = (mask == 0) if mask.is_floating_point() else mask
+        visible = visible.reshape(-1, m, end).expand(rows, m, end).to(torch.uint8).contiguous()  # [B, M, L + M]
+        out = torch.empty(rows * m, lean.hidden)
+        kept = {i: torch.empty(rows, m, lean.hidden) for i in keep}
+        kept_pointers = (ctypes.c_void_p * (len(layers) + 1))(
+            *[kept[i].data_ptr() if i in kept else None for i in range(len(layers) + 1)])
+        shape = _Shape(rows, m, lean.hidden, lean.heads, lean.kv_heads, d, lean.intermediate, past,
+                       lean.layers[0].scale, lean.final_norm.data_ptr(), lean.final_eps, torch.get_num_threads())
+        if len(layers) == len(lean.layers) and list(layers) == list(range(len(lean.layers))):
+            structures = self.layers
+        else:
+            structures = (_Layer * len(layers))(*[self.layers[i] for i in layers])
+        x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
+        arguments = (ctypes.byref(shape), structures, len(layers), (ctypes.c_void_p * len(keys))(*keys),
+                     (ctypes.c_void_p * len(values))(*values), (ctypes.c_int64 * len(capacity))(*capacity),
+                     x.data_ptr(), cos.data_ptr(), sin.data_ptr(), visible.data_ptr(), out.data_ptr(), kept_pointers)
+        if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
+            with torch.profiler.record_function(FUNCTION):
+                status = _function()[0](*arguments)
+        else:
+            status = _function()[0](*arguments)
+        if status:
+            raise MemoryError("treespec's decoder pass could not allocate its buffers")
+        for slot in range(len(layers)):
+            cache.layers[slot].truncate(end)
+        return out.view(rows, m, -1), kept
