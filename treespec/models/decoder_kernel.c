@@ -43,6 +43,7 @@ typedef struct {
     const float *final_norm;
     double final_eps;
     int threads;
+    double *seconds;  /* NULL, or [3]: time spent in the products, attention, and the rest, added to */
 } Shape;
 
 /* e^x for float64 lanes, within a few ulps: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^13
@@ -96,50 +97,97 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
     }
 }
 
-static inline double dot(const double *q, const float *k, int64_t d) {
-    __m512d sum = _mm512_setzero_pd();
-    for (int64_t e = 0; e < d; e += 8)
-        sum = _mm512_fmadd_pd(_mm512_loadu_pd(q + e), _mm512_cvtps_pd(_mm256_loadu_ps(k + e)), sum);
-    return _mm512_reduce_add_pd(sum);
+#define HEAD_TILE 3  /* query heads sharing a key/value head that are processed together (registers) */
+
+/* scores[t][c] = scale * q_t . k_seen[c] for `heads` (1 .. HEAD_TILE) query heads, q [heads, d] in float64: each key
+ * is widened once for all of them; two accumulators per head */
+static inline __attribute__((always_inline)) void score_tile(
+        const int heads, const double *q, const float *keys, const int64_t *seen, int64_t count, int64_t d,
+        double scale, double *scores, int64_t stride) {
+    for (int64_t c = 0; c < count; c++) {
+        const float *k = keys + seen[c] * d;
+        __m512d sum[HEAD_TILE][2];
+        for (int t = 0; t < heads; t++) sum[t][0] = sum[t][1] = _mm512_setzero_pd();
+        for (int64_t e = 0; e < d; e += 16) {
+            const __m512d k0 = _mm512_cvtps_pd(_mm256_loadu_ps(k + e));
+            const __m512d k1 = _mm512_cvtps_pd(_mm256_loadu_ps(k + e + 8));
+            for (int t = 0; t < heads; t++) {
+                sum[t][0] = _mm512_fmadd_pd(_mm512_loadu_pd(q + t * d + e), k0, sum[t][0]);
+                sum[t][1] = _mm512_fmadd_pd(_mm512_loadu_pd(q + t * d + e + 8), k1, sum[t][1]);
+            }
+        }
+        for (int t = 0; t < heads; t++)
+            scores[t * stride + c] = _mm512_reduce_add_pd(_mm512_add_pd(sum[t][0], sum[t][1])) * scale;
+    }
 }
 
-/* one query row's attention for the `groups` query heads that read kv head g of batch row b, in float64:
- * query [groups, d] (fp32, rotated), out [groups, d] fp32. scratch: (groups + 1) * keys doubles and d * groups. */
+/* acc[t][0 .. 63] (the head features e0 .. e0 + 63) = sum_c weights[t][c] * v_seen[c], in float64 registers */
+static inline __attribute__((always_inline)) void value_tile(
+        const int heads, const double *weights, int64_t stride, const float *values, const int64_t *seen,
+        int64_t count, int64_t d, int64_t e0, double *acc) {
+    __m512d sum[HEAD_TILE][8];
+    for (int t = 0; t < heads; t++)
+        for (int j = 0; j < 8; j++) sum[t][j] = _mm512_setzero_pd();
+    for (int64_t c = 0; c < count; c++) {
+        const float *v = values + seen[c] * d + e0;
+        __m512d w[HEAD_TILE];
+        for (int t = 0; t < heads; t++) w[t] = _mm512_set1_pd(weights[t * stride + c]);
+        for (int j = 0; j < 8; j++) {
+            const __m512d vj = _mm512_cvtps_pd(_mm256_loadu_ps(v + 8 * j));
+            for (int t = 0; t < heads; t++) sum[t][j] = _mm512_fmadd_pd(w[t], vj, sum[t][j]);
+        }
+    }
+    for (int t = 0; t < heads; t++)
+        for (int j = 0; j < 8; j++) _mm512_storeu_pd(acc + t * d + e0 + 8 * j, sum[t][j]);
+}
+
+/* one query row's attention for the query heads that read kv head g of batch row b, in float64: query [groups, d]
+ * (fp32, rotated), out [groups, d] fp32; d a multiple of 64. scratch: (groups + 1) * total + 2 * groups * d
+ * doubles. The visible slots are visited in ascending order. */
 static void attend(const Shape *s, const float *query, const float *keys, const float *values,
                    const uint8_t *visible, int64_t total, float *out, double *scratch) {
     const int64_t d = s->head_dim, groups = s->heads / s->kv_heads;
-    int64_t *seen = (int64_t *)(scratch + groups * total);  /* the visible slots, ascending */
+    int64_t *seen = (int64_t *)(scratch + groups * total);
     double *q = scratch + (groups + 1) * total, *acc = q + groups * d;
     int64_t count = 0;
     for (int64_t j = 0; j < total; j++)
         if (visible[j]) seen[count++] = j;
-    for (int64_t t = 0; t < groups; t++)
-        for (int64_t e = 0; e < d; e++) q[t * d + e] = (double)query[t * d + e];
+    for (int64_t i = 0; i < groups * d; i++) q[i] = (double)query[i];
+    for (int64_t t0 = 0; t0 < groups; t0 += HEAD_TILE) {
+        const int heads = groups - t0 < HEAD_TILE ? (int)(groups - t0) : HEAD_TILE;
+        double *scores = scratch + t0 * total;
+        switch (heads) {
+            case 1: score_tile(1, q + t0 * d, keys, seen, count, d, s->scale, scores, total); break;
+            case 2: score_tile(2, q + t0 * d, keys, seen, count, d, s->scale, scores, total); break;
+            default: score_tile(HEAD_TILE, q + t0 * d, keys, seen, count, d, s->scale, scores, total); break;
+        }
+    }
+    double sums[groups];
     for (int64_t t = 0; t < groups; t++) {
-        double *score = scratch + t * total, best = -INFINITY;
-        for (int64_t c = 0; c < count; c++) {
-            score[c] = dot(q + t * d, keys + seen[c] * d, d) * s->scale;
+        double *score = scratch + t * total, best = -INFINITY, sum = 0.0;
+        for (int64_t c = 0; c < count; c++)
             if (score[c] > best) best = score[c];
-        }
-        double sum = 0.0;
         int64_t c = 0;
-        for (; c + 8 <= count; c += 8) {
-            const __m512d e = exp_pd(_mm512_sub_pd(_mm512_loadu_pd(score + c), _mm512_set1_pd(best)));
-            _mm512_storeu_pd(score + c, e);
-        }
+        for (; c + 8 <= count; c += 8)
+            _mm512_storeu_pd(score + c, exp_pd(_mm512_sub_pd(_mm512_loadu_pd(score + c), _mm512_set1_pd(best))));
         for (; c < count; c++) score[c] = exp_sd(score[c] - best);
         for (c = 0; c < count; c++) sum += score[c];
-        double *a = acc + t * d;
-        for (int64_t e = 0; e < d; e++) a[e] = 0.0;
-        for (c = 0; c < count; c++) {
-            const float *v = values + seen[c] * d;
-            const __m512d weight = _mm512_set1_pd(score[c]);
-            for (int64_t e = 0; e < d; e += 8)
-                _mm512_storeu_pd(a + e, _mm512_fmadd_pd(weight, _mm512_cvtps_pd(_mm256_loadu_ps(v + e)),
-                                                         _mm512_loadu_pd(a + e)));
-        }
-        for (int64_t e = 0; e < d; e++) out[t * d + e] = count ? (float)(a[e] / sum) : 0.0f;
+        sums[t] = sum;
     }
+    for (int64_t t0 = 0; t0 < groups; t0 += HEAD_TILE) {
+        const int heads = groups - t0 < HEAD_TILE ? (int)(groups - t0) : HEAD_TILE;
+        for (int64_t e0 = 0; e0 < d; e0 += 64) {
+            const double *w = scratch + t0 * total;
+            double *a = acc + t0 * d;
+            switch (heads) {
+                case 1: value_tile(1, w, total, values, seen, count, d, e0, a); break;
+                case 2: value_tile(2, w, total, values, seen, count, d, e0, a); break;
+                default: value_tile(HEAD_TILE, w, total, values, seen, count, d, e0, a); break;
+            }
+        }
+    }
+    for (int64_t t = 0; t < groups; t++)
+        for (int64_t e = 0; e < d; e++) out[t * d + e] = count ? (float)(acc[t * d + e] / sums[t]) : 0.0f;
 }
 
 /* silu(gate) * up for one row: silu in float64 rounded to fp32, the product in fp32 */
@@ -186,10 +234,19 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
     }
     memcpy(x, x_in, (size_t)(bm * h) * sizeof(float));
     if (kept[0]) memcpy(kept[0], x, (size_t)(bm * h) * sizeof(float));
+    double clock = omp_get_wtime();
+#define LAP(part)                                                \
+    if (s->seconds) {                                            \
+        const double now = omp_get_wtime();                      \
+        s->seconds[part] += now - clock;                         \
+        clock = now;                                             \
+    }
     for (int64_t l = 0; l < n_layers; l++) {
         const Layer *layer = &layers[l];
         for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, layer->input_norm, layer->input_eps, normed + r * h, h);
+        LAP(2);
         if ((status = product(&layer->qkv, normed, bm, wide, s->threads))) goto done;
+        LAP(0);
         const int64_t stride = layer->qkv.padded;
         for (int64_t r = 0; r < bm; r++) {  /* rotate queries and keys; write keys and values to the cache */
             const int64_t b = r / s->rows, slot = s->past + r % s->rows;
@@ -203,6 +260,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
                        (size_t)d * sizeof(float));
             }
         }
+        LAP(2);
         const int64_t tasks = bm * s->kv_heads;
 #pragma omp parallel for num_threads(s->threads) schedule(dynamic)
         for (int64_t task = 0; task < tasks; task++) {
@@ -211,22 +269,30 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
             attend(s, query + r * q_width + g * groups * d, keys[l] + base, values[l] + base, visible + r * total,
                    total, attended + r * q_width + g * groups * d, scratch + omp_get_thread_num() * scratch_doubles);
         }
+        LAP(1);
         if ((status = product(&layer->o, attended, bm, wide, s->threads))) goto done;
+        LAP(0);
         for (int64_t r = 0; r < bm; r++)
             for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->o.padded + c];
         for (int64_t r = 0; r < bm; r++)
             rms_norm(x + r * h, layer->attention_norm, layer->attention_eps, normed + r * h, h);
+        LAP(2);
         if ((status = product(&layer->gate_up, normed, bm, wide, s->threads))) goto done;
+        LAP(0);
         for (int64_t r = 0; r < bm; r++) {
             const float *row = wide + r * layer->gate_up.padded;
             gated(row, row + s->intermediate, hidden + r * s->intermediate, s->intermediate);
         }
+        LAP(2);
         if ((status = product(&layer->down, hidden, bm, wide, s->threads))) goto done;
+        LAP(0);
         for (int64_t r = 0; r < bm; r++)
             for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->down.padded + c];
         if (kept[l + 1]) memcpy(kept[l + 1], x, (size_t)(bm * h) * sizeof(float));
     }
     for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, s->final_norm, s->final_eps, out + r * h, h);
+    LAP(2);
+#undef LAP
 done:
     free(x);
     free(normed);

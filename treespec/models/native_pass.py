@@ -10,12 +10,13 @@ row's depend only on its own inputs and the keys it may see.
 
 `native_unsupported(lean)` says why a model cannot run this way: it needs treespec's kernels (treespec.models.int4_cpu:
 x86-64 with AVX-512 BF16 and a C compiler), every projection a 4-bit layer on treespec's kernel (q/k/v and gate/up
-joinable), exact norms and SiLU, fp32 activations, head sizes a multiple of 8. The KV cache is held in fp32
+joinable), exact norms and SiLU, fp32 activations, head sizes a multiple of 64. The KV cache is held in fp32
 (the keys and values are fp32 values; the C pass widens them as it reads). `TREESPEC_NATIVE_PASS=0` turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -47,7 +48,8 @@ class _Shape(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int64), ("rows", ctypes.c_int64), ("hidden", ctypes.c_int64),
                 ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("intermediate", ctypes.c_int64), ("past", ctypes.c_int64), ("scale", ctypes.c_double),
-                ("final_norm", ctypes.c_void_p), ("final_eps", ctypes.c_double), ("threads", ctypes.c_int)]
+                ("final_norm", ctypes.c_void_p), ("final_eps", ctypes.c_double), ("threads", ctypes.c_int),
+                ("seconds", ctypes.c_void_p)]
 
 
 @functools.cache
@@ -76,8 +78,8 @@ def native_unsupported(lean) -> str | None:
     why = _function()[1]
     if why is not None:
         return why
-    if lean.head_dim % 8 or lean.heads % lean.kv_heads:
-        return f"head size {lean.head_dim} (a multiple of 8 is needed) or heads {lean.heads} / {lean.kv_heads}"
+    if lean.head_dim % 64 or lean.heads % lean.kv_heads:
+        return f"head size {lean.head_dim} (a multiple of 64 is needed) or heads {lean.heads} / {lean.kv_heads}"
     if not _fp32(lean.final_norm) or not lean.final_exact:
         return "a final norm that is not an exact fp32 RMSNorm"
     for layer in lean.layers:
@@ -108,10 +110,21 @@ class NativePass:
         if reason is not None:
             raise ValueError(f"NativePass cannot run this model: {reason}")
         self.lean = lean
+        self.seconds = None  # ctypes (c_double * 3) while `timed`: seconds in the products, attention, the rest
         self.layers = (_Layer * len(lean.layers))(*[
             _Layer(layer.input_norm.data_ptr(), layer.attention_norm.data_ptr(), layer.input_eps, layer.attention_eps,
                    _product(layer.qkv), _product(layer.out), _product(layer.gate_up), _product(layer.down))
             for layer in lean.layers])
+
+    @contextlib.contextmanager
+    def timed(self):
+        """Within the block, the passes add the seconds they spend in the products, attention and the rest (the
+        norms, rotary embedding, cache writes, SiLU, residuals) to the yielded (c_double * 3)."""
+        self.seconds = (ctypes.c_double * 3)()
+        try:
+            yield self.seconds
+        finally:
+            self.seconds = None
 
     def usable(self, cache, rows: int, layers: Sequence[int]) -> bool:
         """Whether the cache layers the pass would write hold fp32 buffers it can write in place (the protocol of
@@ -156,7 +169,8 @@ class NativePass:
         kept_pointers = (ctypes.c_void_p * (len(layers) + 1))(
             *[kept[i].data_ptr() if i in kept else None for i in range(len(layers) + 1)])
         shape = _Shape(rows, m, lean.hidden, lean.heads, lean.kv_heads, d, lean.intermediate, past,
-                       lean.layers[0].scale, lean.final_norm.data_ptr(), lean.final_eps, torch.get_num_threads())
+                       lean.layers[0].scale, lean.final_norm.data_ptr(), lean.final_eps, torch.get_num_threads(),
+                       None if self.seconds is None else ctypes.addressof(self.seconds))
         if len(layers) == len(lean.layers) and list(layers) == list(range(len(lean.layers))):
             structures = self.layers
         else:
