@@ -76,9 +76,11 @@ def test_an_int4_layer_on_either_kernel_is_the_same_function_up_to_rounding():
 def test_the_kernel_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(int4_cpu.ENV, "torch")
     int4_cpu._load.cache_clear()
+    int4_cpu.library.cache_clear()
     try:
         assert int4_cpu.kernel_unavailable() == f"{int4_cpu.ENV}=torch" and int4_cpu.kernel_name() == "torch"
         assert Int4Linear.from_linear(torch.nn.Linear(64, 16)).kernel == "torch"
     finally:
         monkeypatch.delenv(int4_cpu.ENV)
         int4_cpu._load.cache_clear()
+        int4_cpu.library.cache_clear()

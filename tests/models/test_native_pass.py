@@ -1,0 +1,114 @@
+"""treespec's decoder pass in C (treespec.models.native_pass): the same hidden states, bit for bit, as the lean torch
+loop and transformers' modules in exact arithmetic, for tree masks, batches of padded rows, kept layer states,
+skipped layers and head shapes whose query heads tile unevenly; when it runs and when it does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_quantize import snapped
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from treespec.decode.cache import cache_dtype, new_cache
+from treespec.models import int4_cpu, native_pass
+from treespec.models.exact import ExactRMSNorm, ExactSiLU
+from treespec.models.lean import lean_decoder
+from treespec.models.quantize import quantize_target_weights
+
+pytestmark = pytest.mark.skipif(int4_cpu.kernel_unavailable() is not None,
+                                reason=f"treespec's CPU kernels cannot run here: {int4_cpu.kernel_unavailable()}")
+
+VOCAB = 96
+
+
+def four_bit(arch: str = "llama", *, hidden: int = 256, heads: int = 4, kv_heads: int = 2, layers: int = 3,
+             seed: int = 0):
+    torch.manual_seed(seed)
+    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    config = config_class(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
+                          vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "treespec_sdpa"
+    return quantize_target_weights(snapped(model_class(config).eval()), "int4")
+
+
+def _pass(model, native: bool, tokens, positions, mask, prefix: torch.Tensor, keep=(), layers=None):
+    """Prefill `prefix` [B, P] causally, then one pass over tokens [B, M] under `mask` [B, 1, M, P + M] (additive)."""
+    decoder = lean_decoder(model)
+    held, decoder.native = decoder.native, decoder.native if native else None
+    try:
+        rows, p = prefix.shape
+        cache = new_cache(model, 256, layers=None if layers is None else len(layers))
+        causal = torch.triu(torch.full((p, p), torch.finfo(torch.float32).min), diagonal=1)[None, None]
+        decoder(prefix, torch.arange(p).expand(rows, p), causal, cache, layers=layers)
+        return decoder(tokens, positions, mask, cache, keep=keep, layers=layers)
+    finally:
+        decoder.native = held
+
+
+def _tree_inputs(rows: int, p: int, m: int, seed: int = 0):
+    """Random tokens, positions and a random tree-like visibility: every row sees the prefix, itself and a random
+    subset of the earlier new tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, VOCAB, (rows, p), generator=generator)
+    tokens = torch.randint(0, VOCAB, (rows, m), generator=generator)
+    earlier = torch.rand(rows, m, m, generator=generator) < 0.5
+    visible = torch.cat([torch.ones(rows, m, p, dtype=torch.bool),
+                         torch.tril(earlier, -1) | torch.eye(m, dtype=torch.bool)], -1)
+    mask = torch.zeros(rows, 1, m, p + m).masked_fill_(~visible[:, None], torch.finfo(torch.float32).min)
+    positions = p + visible[..., p:].sum(-1) - 1  # depth in the tree
+    return prefix, tokens, positions, mask
+
+
+@pytest.mark.parametrize("arch,hidden,heads,kv_heads", [("llama", 256, 4, 2), ("qwen2", 256, 4, 2),
+                                                        ("llama", 384, 6, 2), ("llama", 512, 8, 1),
+                                                        ("qwen2", 256, 2, 1)])
+def test_a_tree_pass_in_c_is_the_torch_loops_bit_for_bit(arch, hidden, heads, kv_heads):
+    """Query heads per key/value head 2, 3 and 8 (tiles of 3), head sizes 64 and 128, biases (qwen2)."""
+    model = four_bit(arch, hidden=hidden, heads=heads, kv_heads=kv_heads)
+    assert lean_decoder(model).native is not None, lean_decoder(model).native_unsupported
+    prefix, tokens, positions, mask = _tree_inputs(1, 37, 9)
+    with torch.inference_mode():
+        native, _ = _pass(model, True, tokens, positions, mask, prefix)
+        loop, _ = _pass(model, False, tokens, positions, mask, prefix)
+    assert torch.equal(native, loop)
+
+
+def test_batches_kept_states_and_skipped_layers_match_the_torch_loop():
+    model = four_bit(layers=4)
+    prefix, tokens, positions, mask = _tree_inputs(3, 21, 5, seed=1)
+    with torch.inference_mode():
+        native, native_kept = _pass(model, True, tokens, positions, mask, prefix, keep=(0, 2, 4))
+        loop, loop_kept = _pass(model, False, tokens, positions, mask, prefix, keep=(0, 2, 4))
+        skipped = [_pass(model, flag, tokens, positions, mask, prefix, layers=[0, 3])[0] for flag in (True, False)]
+    assert torch.equal(native, loop)
+    assert native_kept.keys() == loop_kept.keys() == {0, 2, 4}
+    assert all(torch.equal(native_kept[i], loop_kept[i]) for i in native_kept)
+    assert torch.equal(*skipped)
+
+
+def test_the_c_pass_is_transformers_modules_in_exact_arithmetic():
+    model = four_bit("qwen2")
+    assert all(isinstance(m.input_layernorm, ExactRMSNorm) and isinstance(m.mlp.act_fn, ExactSiLU)
+               for m in model.model.layers)
+    ids = torch.randint(0, VOCAB, (1, 60), generator=torch.Generator().manual_seed(2))
+    decoder, cache = lean_decoder(model), new_cache(model, 128)
+    with torch.inference_mode():
+        reference = model.model(ids).last_hidden_state[0]
+        causal = torch.triu(torch.full((50, 50), torch.finfo(torch.float32).min), diagonal=1)[None, None]
+        first, _ = decoder(ids[:, :50], torch.arange(50)[None], causal, cache)
+        steps = [decoder(ids[:, i:i + 1], torch.tensor([[i]]), torch.zeros(1, 1, 1, i + 1), cache)[0][0]
+                 for i in range(50, 60)]
+    assert torch.equal(torch.cat([first[0], *steps]), reference)
+    assert cache.layers[0].keys.dtype == torch.float32 and cache_dtype(model) is None  # the C pass widens keys
+
+
+def test_it_is_off_where_asked_and_for_models_outside_exact_arithmetic(monkeypatch):
+    monkeypatch.setenv(native_pass.ENV, "0")
+    assert lean_decoder(four_bit()).native_unsupported == f"{native_pass.ENV}=0"
+    monkeypatch.delenv(native_pass.ENV)
+    plain = four_bit()
+    plain.model.norm = torch.nn.RMSNorm(256)  # a norm outside exact arithmetic
+    plain.model.norm.variance_epsilon = 1e-6
+    assert "final norm" in lean_decoder(plain).native_unsupported
+    assert lean_decoder(four_bit()).native is not None
