@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import os
 from collections.abc import Sequence
 
@@ -61,6 +62,15 @@ def _function():
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 9
     return function, None
+
+
+def pass_identity() -> str:
+    """What 4-bit models' passes run on here, for profile cache keys: "c:<hash of the kernels' sources>" or "torch"
+    (the lean torch loop: the kernels cannot run, or ENV turns the C pass off)."""
+    if os.environ.get(ENV, "1") == "0" or _function()[1] is not None:
+        return "torch"
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in int4_cpu.SOURCES)).hexdigest()
+    return f"c:{digest[:12]}"
 
 
 def _treespec_int4(layer) -> bool:

@@ -51,7 +51,7 @@ import torch
 import yaml
 
 from treespec.errors import ConfigError
-from treespec.models import int4_cpu
+from treespec.models import int4_cpu, native_pass
 from treespec.models.eagle_head import EagleDraftModel
 from treespec.models.layer_skip import LayerSkip
 from treespec.models.layouts import (
@@ -344,7 +344,8 @@ def auto_profile(
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "draft_candidates": draft_dtypes, "layout": layout, "prefix_len": prefix_len,
-           "attention": attention_names(target, draft), "int4_kernel": int4_cpu.kernel_name()}
+           "attention": attention_names(target, draft), "int4_kernel": int4_cpu.kernel_name(),
+           "native_pass": native_pass.pass_identity()}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     if int4_layouts:
@@ -472,7 +473,8 @@ def auto_profile(
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
             "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1),
             **({"draft_dtype": draft_choice[1]} if draft_choice else {}),
-            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1), "int4_kernel": int4_cpu.kernel_name()}
+            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1), "int4_kernel": int4_cpu.kernel_name(),
+            "native_pass": native_pass.pass_identity()}
     profile = replace(profile, overhead_ms={1: overhead}, baseline_overhead_ms={1: baseline}, settings=info)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
     choice = {"target_dtype": t_dtype, "target_layout": t_layout, "target_weights": t_weights,
@@ -553,7 +555,7 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
            "draft_layout": linear_layout(model) if model is not None else None,
            "attention": attention_names(target, model), "prefix_len": int(prefix_len),
            "batch_sizes": sorted({int(b) for b in batch_sizes}), "sizes": sorted({int(n) for n in sizes} | {1}),
-           "int4_kernel": int4_cpu.kernel_name()}
+           "int4_kernel": int4_cpu.kernel_name(), "native_pass": native_pass.pass_identity()}
     if draft_vocab is not None:
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     if model is not draft:
