@@ -143,15 +143,22 @@ class Int4Linear(torch.nn.Module):
                     kernel: str | None = None) -> Int4Linear:
         """kernel: "treespec", "torch", or None for treespec's where it runs (`int4_cpu.kernel_name`)."""
         weight = linear.weight.detach()
-        out_features, in_features = weight.shape
-        if in_features % group:
-            raise ConfigError(f"int4 weights need input sizes divisible by {group}; a layer has {in_features}")
+        if weight.shape[1] % group:
+            raise ConfigError(f"int4 weights need input sizes divisible by {group}; a layer has {weight.shape[1]}")
+        return cls.from_grid(*int4_grid(weight, group), linear.bias, group, keep_codes, kernel)
+
+    @classmethod
+    def from_grid(cls, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bias: torch.Tensor | None,
+                  group: int = GROUP, keep_codes: bool = True, kernel: str | None = None) -> Int4Linear:
+        """The layer of weight codes * scale + minimum: codes [O, I] uint8 in 0..15, scale and minimum [O, I / group]
+        fp32 (held exactly by treespec's kernel, rounded to bf16 by torch's), bias [O] or None."""
+        out_features = codes.shape[0]
         pad = -out_features % ROW_BLOCK
         if pad:
-            weight = torch.cat([weight, weight.new_zeros(pad, in_features)])
-        codes, scale, minimum = int4_grid(weight, group)
+            codes = torch.cat([codes, codes.new_zeros(pad, codes.shape[1])])
+            scale, minimum = (torch.cat([t, t.new_zeros(pad, t.shape[1])]) for t in (scale, minimum))
         scale_zero = scale_zero_of(scale, minimum).to(torch.bfloat16)
-        bias = None if linear.bias is None else linear.bias.detach().clone()
+        bias = None if bias is None else bias.detach().clone()
         return cls(codes, scale_zero, bias, out_features, keep_codes,
                    kernel=_kernel_tensors(codes, scale, minimum, group, kernel))
 
@@ -237,6 +244,61 @@ def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
     return joined
 
 
+def int8_grid(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(codes [O, I] int16 in -128..127, scale [O, I / group] fp32) with weight == codes * scale exactly (a Q8_0
+    GGUF tensor as loaded: an fp16 scale per group of 32 times int8 codes, the largest magnitude 127), or None when
+    the weight [O, I] is not on such a grid."""
+    rows, cols = weight.shape
+    if cols % group:
+        return None
+    grouped = weight.detach().float().reshape(rows, cols // group, group)
+    scale = grouped.abs().amax(-1) / 127  # [O, I / group]
+    codes = torch.round(grouped / torch.where(scale > 0, scale, torch.ones_like(scale))[..., None])
+    if codes.abs().max() > 128 or not torch.equal(codes * scale[..., None], grouped):
+        return None
+    return codes.to(torch.int16).reshape(rows, cols), scale
+
+
+class Int8Linear(torch.nn.Module):
+    """A linear layer whose weight is an 8-bit grid, w = q * d with q in -128..127 and d per group of 32 (`int8_grid`),
+    multiplied as two 4-bit layers on treespec's kernel: q + 128 = 16 high + low (nibbles), so x @ w.T =
+    `high`(x) + `low`(x) with high's weight 16 d * high - 128 d and low's d * low, both exact in the kernel's fp32
+    scales and minimums. A quarter of fp32's bytes (the default target's tied Q8_0 LM head: 113 to 35 MB); the input
+    is rounded to bf16 as in every 4-bit product, and the sum of the two planes is one fp32 addition."""
+
+    def __init__(self, high: Int4Linear, low: Int4Linear):
+        super().__init__()
+        self.high, self.low = high, low
+        self.in_features, self.out_features = high.in_features, high.out_features
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, group: int = GROUP) -> Int8Linear | None:
+        """The layer on treespec's kernel, or None where the weight is not on an 8-bit grid or the kernel cannot
+        run here (torch's 4-bit kernel would make two planes slower than the fp32 weight)."""
+        if int4_cpu.kernel_unavailable() is not None or linear.weight.device.type != "cpu":
+            return None
+        grid = int8_grid(linear.weight, group)
+        if grid is None:
+            return None
+        codes, scale = grid
+        shifted = (codes + 128).to(torch.uint8)  # 0..255
+        high = Int4Linear.from_grid(shifted >> 4, 16 * scale, -128 * scale, linear.bias, group, keep_codes=False,
+                                    kernel="treespec")
+        low = Int4Linear.from_grid(shifted & 15, scale, torch.zeros_like(scale), None, group, keep_codes=False,
+                                   kernel="treespec")
+        return cls(high, low)
+
+    def product_tensors(self) -> list[torch.Tensor]:
+        return self.high.product_tensors() + self.low.product_tensors()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., I] -> [..., O] in x's dtype."""
+        return self.high(x) + self.low(x)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 as two 4-bit planes"
+
+
 def int4_available(device: torch.device | str = "cpu") -> bool:
     """Whether 4-bit weights can run on `device`: a CPU with torch's int4 kernel."""
     return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
@@ -308,8 +370,9 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
 
 def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
     """Hold the linear layers of a target whose weights lie on a 4-bit grid (`on_int4_grid`: a Q4_0 / Q4_1 / Q4_K
-    GGUF's quantized tensors, dequantized when loaded) as 4-bit codes, in place; every other layer (a Q6_K or Q8_0
-    tensor, such as the default target's embedding-tied LM head) stays as it is. The model is then the same
+    GGUF's quantized tensors, dequantized when loaded) as 4-bit codes, in place; where treespec's kernel runs, those
+    on an 8-bit grid (`int8_grid`: a Q8_0 tensor, such as the default target's embedding-tied LM head) as
+    `Int8Linear`; every other layer (a Q6_K tensor) stays as it is. The model is then the same
     function of its inputs up to float rounding (the products run on bf16 inputs: this quantized target is the model
     whose outputs treespec keeps), computed in treespec's exact arithmetic (`treespec.models.exact`). None: as is. ConfigError when no layer
     lies on such a grid (4-bit codes would round the weights of another model)."""
@@ -318,5 +381,6 @@ def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: i
                         else None):
             raise ConfigError("no linear layer of the target lies on a 4-bit grid: int4 target weights hold a model "
                               "quantized to 4 bits (a Q4 GGUF) as it is, and would round another one's")
+        _replace(model, lambda child: Int8Linear.from_linear(child, group))
         make_exact(model)
     return model

@@ -1,0 +1,60 @@
+"""8-bit grids (treespec.models.quantize.int8_grid, Int8Linear): a Q8_0-style weight found exactly, multiplied as two
+4-bit planes on treespec's kernel, row by row the same whatever the other rows; a 4-bit target's Q8_0 head held so,
+and the target still decodes as itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import PROMPTS, all_policies, reference, tiny_model
+from test_quantize import snapped
+
+import treespec
+from treespec.models import int4_cpu
+from treespec.models.quantize import Int8Linear, int8_grid, quantize_target_weights
+
+pytestmark = pytest.mark.skipif(int4_cpu.kernel_unavailable() is not None,
+                                reason=f"treespec's CPU kernels cannot run here: {int4_cpu.kernel_unavailable()}")
+
+
+def q8_0(weight: torch.Tensor) -> torch.Tensor:
+    """weight [O, I] rounded as a Q8_0 GGUF tensor is: an fp16 scale per 32 inputs, codes round(w / d) in -127..127."""
+    rows, cols = weight.shape
+    grouped = weight.float().reshape(rows, cols // 32, 32)
+    scale = (grouped.abs().amax(-1, keepdim=True) / 127).half().float()
+    return (torch.round(grouped / scale).clamp(-127, 127) * scale).reshape(rows, cols)
+
+
+def test_an_8_bit_grid_is_found_exactly_and_nothing_else_is():
+    weight = q8_0(torch.randn(48, 96, generator=torch.Generator().manual_seed(0)))
+    codes, scale = int8_grid(weight)
+    assert torch.equal(codes.float().reshape(48, 3, 32) * scale[..., None], weight.reshape(48, 3, 32))
+    assert int8_grid(torch.randn(48, 96)) is None
+    assert int8_grid(torch.randn(48, 40)) is None  # inputs not in groups of 32
+
+
+def test_two_planes_multiply_by_the_weight_and_rows_do_not_depend_on_each_other():
+    generator = torch.Generator().manual_seed(1)
+    linear = torch.nn.Linear(128, 40, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(q8_0(torch.randn(40, 128, generator=generator)))
+    layer = Int8Linear.from_linear(linear)
+    x = torch.randn(7, 128, generator=generator)
+    exact = x.bfloat16().double() @ linear.weight.double().T + linear.bias.double()
+    out = layer(x)
+    assert out.shape == (7, 40) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), exact, atol=1e-4, rtol=1e-5)
+    assert all(torch.equal(layer(x[i:i + 1])[0], out[i]) for i in range(7))
+
+
+def test_a_4_bit_targets_q8_0_head_is_held_in_8_bits_and_the_target_decodes_as_itself():
+    target = snapped(tiny_model("llama", seed=0, hidden=64, vocab=64))
+    with torch.no_grad():
+        target.lm_head.weight = torch.nn.Parameter(q8_0(target.lm_head.weight.detach()))
+    target = quantize_target_weights(target, "int4")
+    assert isinstance(target.get_output_embeddings(), Int8Linear)
+    draft = quantize_target_weights(snapped(tiny_model("llama", seed=1, layers=1, hidden=64, vocab=64)), "int4")
+    for prompt in PROMPTS[:2]:
+        expected = reference(target, prompt, 12)
+        for name, tree in all_policies().items():
+            assert treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=12).tokens == expected, name
