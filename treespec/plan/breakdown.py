@@ -9,11 +9,14 @@ hundreds of microseconds a call, so the profiler's own cost of a microsecond or 
 what is left of the unprofiled wall time is the small operators (norms, rotary, casts, cache writes, slicing) with
 the Python and dispatch between them, which the profiler cannot split reliably (it inflates exactly those). That
 remainder, with the operator count, is what a fused or compiled pass could remove; the products against the bytes
-they read say how far the kernels are from the memory bandwidth (treespec.plan.bandwidth).
+they read say how far the kernels are from the memory bandwidth (treespec.plan.bandwidth). A 4-bit target whose
+passes run in C (treespec.models.native_pass) is one operator to the profiler; the C pass times its own products
+and attention, and the rest of it (norms, rotary, cache writes, SiLU) counts with the small operators.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from statistics import median
 
@@ -101,7 +104,8 @@ def pass_breakdown(model: PreTrainedModel, tokens: int = 1, *, prefix_len: int =
 
         for _ in range(warmup):
             one()
-        wall_ms = 1e3 * median(one() for _ in range(repeats))
+        with lean.native.timed() if lean.native is not None else contextlib.nullcontext() as seconds:
+            wall_ms = 1e3 * median(one() for _ in range(repeats))
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(repeats):
                 one()
@@ -115,6 +119,9 @@ def pass_breakdown(model: PreTrainedModel, tokens: int = 1, *, prefix_len: int =
         kind = "LM head" if LM_HEAD in above else category(event.name)
         if kind in kernels:
             kernels[kind] += event.self_cpu_time_total / 1e3 / repeats  # us -> ms per pass
+    if seconds is not None:  # the C pass (treespec.models.native_pass) times its own products and attention
+        kernels["4-bit products"] += 1e3 * seconds[0] / repeats
+        kernels["attention"] += 1e3 * seconds[1] / repeats
     measured = sum(kernels.values())
     if measured > wall_ms:  # a noisy profiled run: the kernels cannot have taken longer than the pass
         kernels = {key: value * wall_ms / measured for key, value in kernels.items()}

@@ -74,7 +74,7 @@ from treespec.plan.costs import DRAFT_WIDTHS, LatencyProfile, measure_latency, m
 from treespec.plan.planner import plan_tree
 
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 7  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 8  # bump when what a profile measures changes: older cache entries are then remeasured
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S
@@ -535,7 +535,7 @@ def named_profile(target: torch.nn.Module, draft: torch.nn.Module | None, profil
     return target, draft, _resolved(profile, origin, device_identity(device), target, draft, (), name)
 
 
-BATCH_PROFILE_VERSION = 2  # bump when what a batch profile measures changes
+BATCH_PROFILE_VERSION = 3  # bump when what a batch profile measures changes
 CPU_BATCH_TREE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # tree sizes n timed per B on a CPU
 GPU_BATCH_TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
