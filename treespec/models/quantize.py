@@ -359,7 +359,8 @@ def _replace(model: torch.nn.Module, make) -> int:
 
 def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
     """Replace every nn.Linear of `model` (the LM head included, which alone keeps its codes for vocabulary subsets)
-    by its `scheme` form, in place, rounding the weights, in exact arithmetic (`treespec.models.exact`); None: as is. For drafts, whose weights only change what
+    by its `scheme` form, in place, rounding the weights, in exact arithmetic (`treespec.models.exact`); None: as is.
+    For drafts, whose weights only change what
     they propose: a target must keep its weights (`quantize_target_weights`)."""
     if _check(scheme, model, "draft"):
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -374,8 +375,8 @@ def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: i
     on an 8-bit grid (`int8_grid`: a Q8_0 tensor, such as the default target's embedding-tied LM head) as
     `Int8Linear`; every other layer (a Q6_K tensor) stays as it is. The model is then the same
     function of its inputs up to float rounding (the products run on bf16 inputs: this quantized target is the model
-    whose outputs treespec keeps), computed in treespec's exact arithmetic (`treespec.models.exact`). None: as is. ConfigError when no layer
-    lies on such a grid (4-bit codes would round the weights of another model)."""
+    whose outputs treespec keeps), computed in treespec's exact arithmetic (`treespec.models.exact`). None: as is.
+    ConfigError when no layer lies on such a grid (4-bit codes would round the weights of another model)."""
     if _check(scheme, model, "target"):
         if not _replace(model, lambda child: Int4Linear.from_linear(child, group) if on_int4_grid(child.weight, group)
                         else None):
