@@ -360,8 +360,7 @@ def _replace(model: torch.nn.Module, make) -> int:
 def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
     """Replace every nn.Linear of `model` (the LM head included, which alone keeps its codes for vocabulary subsets)
     by its `scheme` form, in place, rounding the weights, in exact arithmetic (`treespec.models.exact`); None: as is.
-    For drafts, whose weights only change what
-    they propose: a target must keep its weights (`quantize_target_weights`)."""
+    For drafts, whose weights only change what they propose: a target must keep its weights (`quantize_target_weights`)."""
     if _check(scheme, model, "draft"):
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         _replace(model, lambda child: Int4Linear.from_linear(child, group, keep_codes=child is head))
