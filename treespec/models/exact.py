@@ -69,7 +69,3 @@ def make_exact(model: torch.nn.Module) -> torch.nn.Module:
                 setattr(parent, name, ExactSiLU())
     return model
 
-
-def is_exact(model: torch.nn.Module) -> bool:
-    """Whether `make_exact` has been applied to `model` (it holds an ExactRMSNorm)."""
-    return any(isinstance(module, ExactRMSNorm) for module in model.modules())

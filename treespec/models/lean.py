@@ -109,10 +109,12 @@ class _Layer:
     act: Callable[[torch.Tensor], torch.Tensor]
     scale: float
     exact: bool  # attention in float64 (attention.exact_attention: a 4-bit o_proj rounds its input to bf16)
-    exact_norms: bool  # the norms are treespec.models.exact's
+    norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]  # rms_norm, or exact_rms_norm (models.exact)
 
-    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return exact_rms_norm(x, weight, eps) if self.exact_norms else rms_norm(x, weight, eps)
+
+def _norm_of(*modules: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
+    """The function the norm modules compute: `exact_rms_norm` when all are `ExactRMSNorm`, else `rms_norm`."""
+    return exact_rms_norm if all(isinstance(module, ExactRMSNorm) for module in modules) else rms_norm
 
 
 class LeanDecoder:
@@ -131,7 +133,7 @@ class LeanDecoder:
         self.embed = decoder.embed_tokens
         self.rotary = decoder.rotary_emb
         self.final_norm, self.final_eps = decoder.norm.weight, decoder.norm.variance_epsilon
-        self.final_exact = isinstance(decoder.norm, ExactRMSNorm)
+        self.final_norm_function = _norm_of(decoder.norm)
         self.hidden = decoder.norm.weight.shape[0]
         self.layers = [
             _Layer(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
@@ -139,8 +141,7 @@ class LeanDecoder:
                    _joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
                    layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
                    layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn),
-                   isinstance(layer.input_layernorm, ExactRMSNorm) and isinstance(layer.post_attention_layernorm,
-                                                                                  ExactRMSNorm))
+                   _norm_of(layer.input_layernorm, layer.post_attention_layernorm))
             for layer in decoder.layers
         ]
         self.native_unsupported = native_unsupported(self)  # why the pass runs as the torch loop below, or None
@@ -156,14 +157,14 @@ class LeanDecoder:
         passes them unchanged), the j-th layer run uses `cache.layers[j]`, and `keep` must be empty
         (treespec.models.layer_skip)."""
         rows, m, d = input_ids.shape[0], input_ids.shape[1], self.head_dim
-        x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
-        kept = {0: x.view(rows, m, -1)} if 0 in keep else {}
-        cos, sin = self.rotary(x, position_ids)  # [B, M, d]
         if layers is not None and keep:
             raise ValueError("intermediate states are kept only when every layer runs")
         run = range(len(self.layers)) if layers is None else layers
+        x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
+        cos, sin = self.rotary(x, position_ids)  # [B, M, d]
         if self.native is not None and x.dtype == torch.float32 and self.native.usable(cache, rows, run):
             return self.native(x, cos, sin, mask, cache, rows, m, keep, run)
+        kept = {0: x.view(rows, m, -1)} if 0 in keep else {}
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, M, d]: the same for every head
         q_end, k_end = self.heads * d, (self.heads + self.kv_heads) * d
         mask = group_mask(mask, self.heads // self.kv_heads)  # once for every layer
@@ -184,8 +185,7 @@ class LeanDecoder:
                 kept[index + 1] = x.view(rows, m, -1)
 
         x = x.view(rows, m, -1)
-        final = exact_rms_norm if self.final_exact else rms_norm
-        return final(x, self.final_norm, self.final_eps), kept
+        return self.final_norm_function(x, self.final_norm, self.final_eps), kept
 
 
 def _sources(model: torch.nn.Module) -> tuple[list, list]:

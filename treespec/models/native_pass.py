@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from treespec.models import int4_cpu
-from treespec.models.exact import ExactSiLU
+from treespec.models.exact import ExactSiLU, exact_rms_norm
 from treespec.models.quantize import Int4Linear
 
 ENV = "TREESPEC_NATIVE_PASS"  # "0": run 4-bit models' passes through the lean torch loop instead
@@ -90,12 +90,12 @@ def native_unsupported(lean) -> str | None:
         return why
     if lean.head_dim % 64 or lean.heads % lean.kv_heads:
         return f"head size {lean.head_dim} (a multiple of 64 is needed) or heads {lean.heads} / {lean.kv_heads}"
-    if not _fp32(lean.final_norm) or not lean.final_exact:
+    if not _fp32(lean.final_norm) or lean.final_norm_function is not exact_rms_norm:
         return "a final norm that is not an exact fp32 RMSNorm"
     for layer in lean.layers:
         if not all(_treespec_int4(p) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
             return "a projection that is not a joined 4-bit layer on treespec's kernel"
-        if not (layer.exact and layer.exact_norms and isinstance(layer.act, ExactSiLU)):
+        if not (layer.exact and layer.norm is exact_rms_norm and isinstance(layer.act, ExactSiLU)):
             return "norms, attention or activation outside exact arithmetic (treespec.models.exact)"
         if not (_fp32(layer.input_norm) and _fp32(layer.attention_norm)):
             return "norm weights that are not fp32"
