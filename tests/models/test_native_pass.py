@@ -22,14 +22,15 @@ VOCAB = 96
 
 
 def four_bit(arch: str = "llama", *, hidden: int = 256, heads: int = 4, kv_heads: int = 2, layers: int = 3,
-             seed: int = 0):
+             seed: int = 0, quantized: bool = True):
     torch.manual_seed(seed)
     config_class, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
     config = config_class(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                           vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     config._attn_implementation = "treespec_sdpa"
-    return quantize_target_weights(snapped(model_class(config).eval()), "int4")
+    model = snapped(model_class(config).eval())
+    return quantize_target_weights(model, "int4") if quantized else model
 
 
 def _pass(model, native: bool, tokens, positions, mask, prefix: torch.Tensor, keep=(), layers=None):
@@ -112,3 +113,50 @@ def test_it_is_off_where_asked_and_for_models_outside_exact_arithmetic(monkeypat
     plain.model.norm.variance_epsilon = 1e-6
     assert "final norm" in lean_decoder(plain).native_unsupported
     assert lean_decoder(four_bit()).native is not None
+
+
+def test_a_4bit_eagle_heads_layer_runs_in_c_as_its_modules_compute_it():
+    """precision.INT4_HEAD: an EAGLE head rounded to 4 bits drafts through the C pass (a stack of layers without
+    embeddings or a final norm), with the torch loop's values bit for bit and its modules' up to float64 rounding;
+    it proposes, the target decides: greedy outputs stay the target's."""
+    import treespec
+    from treespec import policies
+    from treespec.drafters import EagleDrafter
+    from treespec.models.eagle_head import init_eagle_from_target
+    from treespec.models.precision import INT4_HEAD, configure, precision_name
+
+    target = four_bit(layers=2, quantized=False)
+    torch.manual_seed(3)
+    head = init_eagle_from_target(target, list(range(0, VOCAB, 3)), feature_layers=[1, 2]).eval()
+    target = quantize_target_weights(target, "int4")
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    configure(head, INT4_HEAD, "standard")
+    assert precision_name(head) == INT4_HEAD
+    prompt = [5, 9, 13, 2, 7, 40, 41]
+    with torch.inference_mode():
+        features = torch.randn(1, len(prompt), 2 * 256)
+        logits = {}
+        for way in ("c", "loop", "modules"):
+            drafter = EagleDrafter(head, target, 64)
+            assert drafter.lean is not None and drafter.lean.native is not None, drafter.lean.native_unsupported
+            if way == "loop":
+                drafter.lean.native, held = None, drafter.lean.native
+            elif way == "modules":
+                drafter.lean = None
+            try:
+                drafter.reset([prompt], features)
+                root = drafter.root_logits([prompt[-1]])
+                nodes = drafter.node_logits([([1, 2, 3], [20, 21, 22], [0, 0, 0])])[0]
+                deeper = drafter.node_logits([([4], [23], [2])])[0]
+                logits[way] = torch.cat([root, nodes, deeper])
+            finally:
+                if way == "loop":
+                    drafter.lean.native = held
+    finite = torch.isfinite(logits["c"])
+    assert torch.equal(logits["c"], logits["loop"])
+    torch.testing.assert_close(logits["c"][finite], logits["modules"][finite], atol=1e-4, rtol=1e-4)
+    expected = treespec.autoregressive(target, prompt, max_new_tokens=16).tokens
+    got = treespec.generate(target, head, prompt, tree=policies.Dynamic(6, 4, 3), max_new_tokens=16).tokens
+    assert got == expected

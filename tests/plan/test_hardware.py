@@ -9,7 +9,7 @@ import yaml
 from conftest import tiny_model
 
 from treespec.errors import ConfigError
-from treespec.models import layouts, precision
+from treespec.models import layouts, native_pass, precision
 from treespec.models.eagle_head import init_eagle_from_target
 from treespec.models.layouts import HybridLinear, linear_layout, set_linear_layout
 from treespec.plan import hardware
@@ -128,7 +128,7 @@ def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_d
     dtype was asked for; the cheaper one is kept and comes back from the cache in the same precision."""
     if layout == "onednn" and not layouts.onednn_bf16_available():
         pytest.skip("oneDNN without a bf16 path on this CPU (an AVX2-only one: the bf16 variant is skipped there)")
-    cheap_head = {"float32": 2.0, precision.BF16_HEAD: 1.0}
+    cheap_head = {"float32": 2.0, precision.BF16_HEAD: 1.0, precision.INT4_HEAD: 0.9}  # int4 counts 1.25x: 1.125
 
     def measure(target, draft, *, sizes, draft_widths, **kwargs):
         return LatencyProfile({1: {n: 10.0 + n for n in sizes}},
@@ -138,10 +138,11 @@ def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_d
     monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
     target, loaded = eagle_pair()
     _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
-    assert {c["dtype"] for c in resolved.candidates if c["role"] == "draft"} == {"float32"}
+    assert {c["dtype"] for c in resolved.candidates if c["role"] == "draft"} <= {"float32", precision.INT4_HEAD}
     monkeypatch.setattr(hardware, "fast_bf16", lambda device: True)
     _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
-    assert [c["dtype"] for c in resolved.candidates if c["role"] == "draft"] == ["float32", precision.BF16_HEAD]
+    c_pass = [precision.INT4_HEAD] if native_pass.pass_identity() != "torch" else []  # where treespec's kernels build
+    assert [c["dtype"] for c in resolved.candidates if c["role"] == "draft"] == ["float32", precision.BF16_HEAD, *c_pass]
     assert resolved.draft_dtype == precision.BF16_HEAD == resolved.profile.settings["draft_dtype"]
     assert head.lm_head.weight.dtype == torch.bfloat16 and head.fc.weight.dtype == torch.float32
     assert linear_layout(head) == layout and resolved.target_dtype == "float32"
@@ -180,6 +181,29 @@ def test_with_draft_precision_measures_a_draft_as_hardware_auto_may_run_it():
     assert linear_layout(head) == "transposed" and mixed.target is target
     with pytest.raises(ConfigError, match="needs a draft"):
         with_draft_precision(LoadedPair(target, None, None), "float32")
+
+
+@pytest.mark.skipif(native_pass.pass_identity() == "torch", reason="treespec's C kernels do not build here")
+def test_a_4bit_head_is_kept_only_where_its_levels_pay_for_its_rounding(cache_dir, monkeypatch):
+    """INT4_HEAD counts ROUNDED_HEAD_COST times its measured levels: kept when it is cheaper by more than that, then
+    back from the cache as a 4-bit head; else the best unrounded precision is kept. Converting it back is refused."""
+    costs = {"float32": 2.0, precision.BF16_HEAD: 3.0}
+
+    def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        return LatencyProfile({1: {n: 10.0 + n for n in sizes}},
+                              {1: {w: costs[precision.precision_name(draft)] for w in draft_widths}} if draft else {})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    target, loaded = eagle_pair()
+    for int4_ms, kept in ((1.7, "float32"), (1.5, precision.INT4_HEAD)):  # 1.7 x 1.25 > 2.0 > 1.5 x 1.25
+        costs[precision.INT4_HEAD] = int4_ms
+        _, head, resolved = auto_profile(target, copy.deepcopy(loaded), remeasure=True, **FAST)
+        assert resolved.draft_dtype == kept == precision.precision_name(head)
+    _, head, cached = auto_profile(target, copy.deepcopy(loaded), **FAST)
+    assert cached.origin.startswith("cached from") and precision.precision_name(head) == precision.INT4_HEAD
+    assert precision.body_dtype(precision.INT4_HEAD) == "float32"
+    with pytest.raises(ConfigError, match="4-bit"):
+        precision.configure(head, "float32", "standard")
 
 
 @pytest.mark.parametrize("rounds", [2, 5])

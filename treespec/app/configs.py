@@ -339,7 +339,8 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
     from treespec.models.quantize import quantize_draft_weights
 
     if isinstance(pair.draft, EagleDraftModel):
-        raise ConfigError("model.draft_weights is for a causal-LM draft; the EAGLE head is one layer already")
+        raise ConfigError("model.draft_weights is for a causal-LM draft; an EAGLE head's 4-bit form is a precision "
+                          "hardware=auto measures and chooses (treespec.models.precision.INT4_HEAD)")
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
 
 

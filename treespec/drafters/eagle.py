@@ -19,6 +19,7 @@ from treespec.decode.cache import new_cache
 from treespec.decode.engine import Request, StepOutcome
 from treespec.drafters.slots import RowSlots
 from treespec.models.eagle_head import EagleDraftModel, check_feature_layers
+from treespec.models.lean import lean_decoder
 
 
 class EagleDrafter(RowSlots):
@@ -32,6 +33,7 @@ class EagleDrafter(RowSlots):
         check_feature_layers(draft.config, target)
         self.target_layers = tuple(draft.config.feature_layers)  # what the engine passes as target features
         self.model, self.embed, self.max_length = draft, target.get_input_embeddings(), max_length
+        self.lean = lean_decoder(draft)  # the head's layers in one loop (in C for a 4-bit head); None: its modules
         self.device = next(draft.parameters()).device
         self.dtype = next(draft.parameters()).dtype
 
@@ -54,7 +56,11 @@ class EagleDrafter(RowSlots):
         self._hidden: list[dict[int, torch.Tensor]] = [{} for _ in prompts]
 
     def _run(self, tokens, positions, mask, features):
-        return self.model(features.to(self.dtype), self.embed(tokens).to(self.dtype), positions, mask, self.cache)
+        embeds = self.embed(tokens).to(self.dtype)
+        if self.lean is None:
+            return self.model(features.to(self.dtype), embeds, positions, mask, self.cache)
+        return self.lean.run(self.model.fc(torch.cat([features.to(self.dtype), embeds], dim=-1)), positions, mask,
+                             self.cache)[0]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.expand_logits(self.model.reduced_logits(hidden))

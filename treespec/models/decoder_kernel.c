@@ -40,7 +40,7 @@ typedef struct {
 typedef struct {
     int64_t batch, rows, hidden, heads, kv_heads, head_dim, intermediate, past;
     double scale;  /* attention's score scale */
-    const float *final_norm;
+    const float *final_norm;  /* [H], or NULL: the last layer's output is returned as it is */
     double final_eps;
     int threads;
     double *seconds;  /* NULL, or [3]: time spent in the products, attention, and the rest, added to */
@@ -206,8 +206,8 @@ static void gated(const float *gate, const float *up, float *out, int64_t n) {
     }
 }
 
-/* x [BM, H]: the embeddings; out [BM, H]: the last hidden states, normed; cos/sin [BM, d]; visible [BM, past + M];
- * keys/values: one cache buffer per layer; kept[i] (i = 0 .. n_layers, NULL or [BM, H]) receives the hidden
+/* x [BM, H]: the embeddings; out [BM, H]: the last hidden states, normed where s->final_norm is set; cos/sin
+ * [BM, d]; visible [BM, past + M]; keys/values: one cache buffer per layer; kept[i] (i = 0 .. n_layers, NULL or [BM, H]) receives the hidden
  * states after i layers. Returns 0, or -1 when out of memory. */
 int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers, float *const *keys,
                           float *const *values, const int64_t *capacity, const float *x_in, const float *cos,
@@ -290,7 +290,10 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
             for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->down.padded + c];
         if (kept[l + 1]) memcpy(kept[l + 1], x, (size_t)(bm * h) * sizeof(float));
     }
-    for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, s->final_norm, s->final_eps, out + r * h, h);
+    if (s->final_norm != NULL)
+        for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, s->final_norm, s->final_eps, out + r * h, h);
+    else
+        memcpy(out, x, (size_t)(bm * h) * sizeof(float));
     LAP(2);
 #undef LAP
 done:

@@ -33,6 +33,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaPre
 
 from treespec.errors import ConfigError
 from treespec.models import attention
+from treespec.models.lean import DecoderParts
 
 
 class EagleDraftConfig(LlamaConfig):
@@ -115,12 +116,18 @@ class EagleDraftModel(LlamaPreTrainedModel):
     def fused(self) -> bool:
         return bool(self.config.feature_layers)
 
+    def decoder_parts(self) -> DecoderParts:
+        """The decoder layers and rotary embedding, for `treespec.models.lean.LeanDecoder` (no embeddings: the
+        layers read `fc`'s output; no final norm: the last layer's output is the feature)."""
+        return DecoderParts([self.layer, *self.more_layers], self.rotary_emb)
+
     def fuse_features(self, target_features: torch.Tensor) -> torch.Tensor:
         """[..., k*H] target features (see `target_features`) -> [..., H] the feature the head reads; a
         single-layer head reads the target's feature as it is (returned unchanged)."""
         if not self.fused:
             return target_features
-        return self.fuse(target_features.to(self.fuse.weight.dtype))
+        weight = getattr(self.fuse, "weight", None)  # a 4-bit layer has none and takes any dtype
+        return self.fuse(target_features if weight is None else target_features.to(weight.dtype))
 
     def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
@@ -136,9 +143,10 @@ class EagleDraftModel(LlamaPreTrainedModel):
     def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., K] logits over `output_ids`, in `hidden`'s dtype (an output layer kept in another
         precision, `set_output_dtype`, reads `hidden` cast to its own)."""
-        head_dtype = self.lm_head.weight.dtype
-        if hidden.dtype == head_dtype:
+        weight = getattr(self.lm_head, "weight", None)  # a 4-bit output layer has none: it returns hidden's dtype
+        if weight is None or hidden.dtype == weight.dtype:
             return self.lm_head(hidden)
+        head_dtype = weight.dtype
         return self.lm_head(hidden.to(head_dtype)).to(hidden.dtype)
 
     def expand_logits(self, reduced: torch.Tensor) -> torch.Tensor:

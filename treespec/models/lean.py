@@ -57,26 +57,40 @@ def _foreign_hooks(module: torch.nn.Module) -> list:
             if getattr(hook, "__module__", "") != "transformers.utils.output_capturing"]
 
 
+def decoder_parts(model: torch.nn.Module) -> DecoderParts | None:
+    """The pieces a `LeanDecoder` runs: a causal LM's (`model.model`: embeddings, layers, rotary embedding, final
+    norm), or those a model names itself through a `decoder_parts()` method (an EAGLE head: its layers and rotary
+    embedding, no embeddings and no final norm); None for anything else."""
+    own = getattr(model, "decoder_parts", None)
+    if callable(own):
+        return own()
+    decoder = getattr(model, "model", None)
+    if decoder is None or not hasattr(decoder, "layers") or not hasattr(decoder, "rotary_emb"):
+        return None
+    return DecoderParts(list(decoder.layers), decoder.rotary_emb, getattr(decoder, "embed_tokens", None),
+                        getattr(decoder, "norm", None))
+
+
 def lean_unsupported(model: torch.nn.Module) -> str | None:
     """Why `LeanDecoder` cannot run `model`, or None when it can."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    if model_type not in MODEL_TYPES:
+    parts = decoder_parts(model)
+    if model_type not in MODEL_TYPES and (parts is None or not parts.layers_only):
         return f"model type {model_type!r} (supported: {', '.join(MODEL_TYPES)})"
     attention = getattr(config, "_attn_implementation", None)
     if attention not in ATTENTIONS:
         return f"attention implementation {attention!r} (the lean pass computes {', '.join(ATTENTIONS)})"
-    decoder = getattr(model, "model", None)
-    if decoder is None or not hasattr(decoder, "layers") or not hasattr(decoder, "rotary_emb"):
+    if parts is None or (not parts.layers_only and (parts.embed is None or parts.norm is None)):
         return "not a decoder with layers and a rotary embedding"
     if model.training:
         return "training mode (dropout)"
     if getattr(model, "hf_device_map", None) or any(
             _foreign_hooks(module) or module._forward_pre_hooks or hasattr(module, "_hf_hook") for module in model.modules()):
         return "forward hooks or accelerate dispatch, which a lean pass would skip"
-    if len(decoder.layers) != config.num_hidden_layers:
-        return f"{len(decoder.layers)} layers where the config says {config.num_hidden_layers}"
-    for layer in decoder.layers:
+    if len(parts.layers) != config.num_hidden_layers:
+        return f"{len(parts.layers)} layers where the config says {config.num_hidden_layers}"
+    for layer in parts.layers:
         attention = layer.self_attn
         if getattr(attention, "sliding_window", None) is not None:
             return "sliding attention windows"
@@ -112,6 +126,21 @@ class _Layer:
     norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]  # rms_norm, or exact_rms_norm (models.exact)
 
 
+@dataclass(frozen=True)
+class DecoderParts:
+    """What a `LeanDecoder` is built from: decoder layers (Llama-shaped), the rotary embedding, and the token
+    embedding and final norm (both None for a stack of layers alone, such as an EAGLE head's)."""
+
+    layers: list
+    rotary: torch.nn.Module
+    embed: torch.nn.Module | None = None
+    norm: torch.nn.Module | None = None
+
+    @property
+    def layers_only(self) -> bool:
+        return self.embed is None and self.norm is None
+
+
 def _norm_of(*modules: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
     """The function the norm modules compute: `exact_rms_norm` when all are `ExactRMSNorm`, else `rms_norm`."""
     return exact_rms_norm if all(isinstance(module, ExactRMSNorm) for module in modules) else rms_norm
@@ -124,17 +153,20 @@ class LeanDecoder:
         reason = lean_unsupported(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
-        decoder = model.model
-        first = decoder.layers[0].self_attn
+        parts = decoder_parts(model)
+        first = parts.layers[0].self_attn
         self.head_dim = first.head_dim
         self.heads = first.q_proj.out_features // self.head_dim
         self.kv_heads = first.k_proj.out_features // self.head_dim
-        self.intermediate = decoder.layers[0].mlp.gate_proj.out_features
-        self.embed = decoder.embed_tokens
-        self.rotary = decoder.rotary_emb
-        self.final_norm, self.final_eps = decoder.norm.weight, decoder.norm.variance_epsilon
-        self.final_norm_function = _norm_of(decoder.norm)
-        self.hidden = decoder.norm.weight.shape[0]
+        self.intermediate = parts.layers[0].mlp.gate_proj.out_features
+        self.embed = parts.embed  # None: the caller passes embeddings (`run`)
+        self.rotary = parts.rotary
+        self.hidden = parts.layers[0].input_layernorm.weight.shape[0]
+        if parts.norm is None:  # the last layer's output as it is
+            self.final_norm, self.final_eps, self.final_norm_function = None, 0.0, None
+        else:
+            self.final_norm, self.final_eps = parts.norm.weight, parts.norm.variance_epsilon
+            self.final_norm_function = _norm_of(parts.norm)
         self.layers = [
             _Layer(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
                    layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
@@ -142,7 +174,7 @@ class LeanDecoder:
                    layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
                    layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn),
                    _norm_of(layer.input_layernorm, layer.post_attention_layernorm))
-            for layer in decoder.layers
+            for layer in parts.layers
         ]
         self.native_unsupported = native_unsupported(self)  # why the pass runs as the torch loop below, or None
         self.native = NativePass(self) if self.native_unsupported is None else None
@@ -156,11 +188,21 @@ class LeanDecoder:
         layers: the indices of the layers to run, ascending (None: all); the others are skipped (the residual stream
         passes them unchanged), the j-th layer run uses `cache.layers[j]`, and `keep` must be empty
         (treespec.models.layer_skip)."""
-        rows, m, d = input_ids.shape[0], input_ids.shape[1], self.head_dim
+        if self.embed is None:
+            raise ValueError("this LeanDecoder runs a stack of layers without embeddings: call run() with them")
+        rows, m = input_ids.shape
+        return self.run(self.embed(input_ids.reshape(-1)).view(rows, m, -1), position_ids, mask, cache, keep, layers)
+
+    def run(self, embeds: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
+            keep: Sequence[int] = (), layers: Sequence[int] | None = None
+            ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """`__call__` from the layers' inputs embeds [B, M, H] instead of token ids; without a final norm (an EAGLE
+        head's stack) the last layer's output comes back as it is."""
+        rows, m, d = embeds.shape[0], embeds.shape[1], self.head_dim
         if layers is not None and keep:
             raise ValueError("intermediate states are kept only when every layer runs")
         run = range(len(self.layers)) if layers is None else layers
-        x = self.embed(input_ids.reshape(-1))  # [B M, H]: rows flattened for the matrix products
+        x = embeds.reshape(rows * m, -1)  # [B M, H]: rows flattened for the matrix products
         cos, sin = self.rotary(x, position_ids)  # [B, M, d]
         if self.native is not None and x.dtype == torch.float32 and self.native.usable(cache, rows, run):
             return self.native(x, cos, sin, mask, cache, rows, m, keep, run)
@@ -185,15 +227,19 @@ class LeanDecoder:
                 kept[index + 1] = x.view(rows, m, -1)
 
         x = x.view(rows, m, -1)
+        if self.final_norm is None:
+            return x, kept
         return self.final_norm_function(x, self.final_norm, self.final_eps), kept
 
 
 def _sources(model: torch.nn.Module) -> tuple[list, list]:
     """What a built decoder was made from: the modules and tensors it holds or copied (embedding, rotary embedding,
     norms, projections, 4-bit tensors), and the in-place versions of those tensors."""
-    decoder = model.model
-    objects = [decoder.embed_tokens, decoder.rotary_emb, decoder.norm.weight]
-    for layer in decoder.layers:
+    parts = decoder_parts(model)
+    objects = [parts.rotary] + [o for o in (parts.embed, parts.norm) if o is not None]
+    if parts.norm is not None:
+        objects.append(parts.norm.weight)
+    for layer in parts.layers:
         objects += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight, layer.mlp.act_fn]
         for module in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
                        layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):

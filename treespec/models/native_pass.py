@@ -4,7 +4,8 @@ A lean pass (treespec.models.lean) of the default 135M target runs some 2,400 to
 query rows most of its time is their dispatch and the float64 copies exact attention makes, not the products.
 `NativePass` runs the same layers, in the same exact arithmetic (treespec.models.exact: the products by
 treespec's 4-bit kernel, norms, attention and SiLU in float64 rounded once, the rest fp32 operation by operation),
-in C: the embeddings and the rotary cos/sin come from the model's modules, the LM head stays with the caller.
+in C: the embeddings and the rotary cos/sin come from the model's modules, the LM head stays with the caller (a
+stack of layers without a final norm, an EAGLE head's, returns its last layer's output as it is).
 Its results are the lean pass's and transformers' modules' (tests/models/test_native_pass.py), and each query
 row's depend only on its own inputs and the keys it may see.
 
@@ -90,7 +91,7 @@ def native_unsupported(lean) -> str | None:
         return why
     if lean.head_dim % 64 or lean.heads % lean.kv_heads:
         return f"head size {lean.head_dim} (a multiple of 64 is needed) or heads {lean.heads} / {lean.kv_heads}"
-    if not _fp32(lean.final_norm) or lean.final_norm_function is not exact_rms_norm:
+    if lean.final_norm is not None and (not _fp32(lean.final_norm) or lean.final_norm_function is not exact_rms_norm):
         return "a final norm that is not an exact fp32 RMSNorm"
     for layer in lean.layers:
         if not all(_treespec_int4(p) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
@@ -154,7 +155,8 @@ class NativePass:
                  rows: int, m: int, keep: Sequence[int], layers: Sequence[int]
                  ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """x [B M, H] fp32 embeddings, cos/sin [B, M, d], mask [B or 1, 1, M, L + M] (additive: 0 visible, or
-        bool), cache as `LeanDecoder` takes it (`usable`) -> (last hidden states [B, M, H], normed; {i: hidden
+        bool), cache as `LeanDecoder` takes it (`usable`) -> (last hidden states [B, M, H], normed where the decoder
+        has a final norm; {i: hidden
         states [B, M, H] after i layers, for i in keep})."""
         lean, d = self.lean, self.lean.head_dim
         past = cache.layers[0].get_seq_length()
@@ -179,7 +181,8 @@ class NativePass:
         kept_pointers = (ctypes.c_void_p * (len(layers) + 1))(
             *[kept[i].data_ptr() if i in kept else None for i in range(len(layers) + 1)])
         shape = _Shape(rows, m, lean.hidden, lean.heads, lean.kv_heads, d, lean.intermediate, past,
-                       lean.layers[0].scale, lean.final_norm.data_ptr(), lean.final_eps, torch.get_num_threads(),
+                       lean.layers[0].scale, None if lean.final_norm is None else lean.final_norm.data_ptr(),
+                       lean.final_eps, torch.get_num_threads(),
                        None if self.seconds is None else ctypes.addressof(self.seconds))
         if len(layers) == len(lean.layers) and list(layers) == list(range(len(lean.layers))):
             structures = self.layers
