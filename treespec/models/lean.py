@@ -10,7 +10,9 @@ activation, `attention.grouped_query_attention` over the preallocated cache) in 
 avx512_bf16, 2026-12-02).
 
 Supported: `LlamaForCausalLM` and `Qwen2ForCausalLM`-shaped models loaded with SDPA attention, in eval mode,
-without sliding attention windows, hooks or accelerate dispatch (`lean_unsupported` says why not otherwise).
+without sliding attention windows, hooks or accelerate dispatch (`lean_unsupported` says why not otherwise), and
+models that name a stack of such layers themselves through `decoder_parts()` (an EAGLE head: no embeddings, no final
+norm; `LeanDecoder.run` takes the layers' inputs and `treespec.drafters.eagle.EagleDrafter` drafts through it).
 `treespec.drafters.causal_lm.CausalLMDrafter` runs every draft pass through it when it can, the prompt's included
 (`lean=False` turns it off); the engine runs the target's tree passes of any number of rows through it (the Qwen2.5
 1.5B, bf16 on oneDNN-reordered weights, 1 token: 95.8 against 100.3 ms, same machine), while the target's prompt
