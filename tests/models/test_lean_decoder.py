@@ -205,8 +205,9 @@ def test_target_pass_is_the_same_through_the_lean_decoder(want_hidden, layers, r
         for lean in (None, lean_decoder(target)):
             cache = new_cache(target, 32)
             target.model(input_ids=prefill, cache=cache, use_cache=True)
-            out.append(engine.target_forward(target, lean, want_hidden, layers, ids, positions,
-                                             additive(visible, torch.float32), cache))
+            logits, features = engine.target_forward(target, lean, want_hidden, layers, ids, positions,
+                                                     additive(visible, torch.float32), cache)
+            out.append((logits, None if features is None else features.all()))
     (logits, features), (lean_logits, lean_features) = out
     assert lean_logits.shape == (rows, 4, 64)
     torch.testing.assert_close(lean_logits, logits, atol=1e-4, rtol=1e-5)

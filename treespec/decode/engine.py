@@ -147,24 +147,48 @@ class _LazyProbs:
         return self.rows[node]
 
 
+@dataclass(frozen=True)
+class TargetFeatures:
+    """The target's features a drafter reads, from one pass: `last` [B, N, H] the last hidden states and, for a fused
+    EAGLE head, `states` {i: [B, N, H]} the hidden states after the `layers` it fuses. They are fused (through the
+    final norm, treespec.models.eagle_head.fused_features) only for the rows asked for: the accepted path's."""
+
+    target: PreTrainedModel
+    last: torch.Tensor
+    states: dict = field(default_factory=dict)
+    layers: tuple[int, ...] = ()
+
+    def rows(self, b: int, nodes: Sequence[int]) -> torch.Tensor:
+        """[len(nodes), F]: row b's features at `nodes`."""
+        index = list(nodes)
+        if not self.layers:
+            return self.last[b, index]
+        states = {i: state[b, index] for i, state in self.states.items()}
+        return fused_features(self.target, self.last[b, index], states, self.layers)
+
+    def all(self) -> torch.Tensor:
+        """[B, N, F]: every row's features at every node."""
+        return fused_features(self.target, self.last, self.states, self.layers) if self.layers else self.last
+
+
 def target_forward(target: PreTrainedModel, lean: LeanDecoder | None, want_features: bool, layers: tuple[int, ...],
                    input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   cache) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logits [B, N, V] (and, if asked, the drafter's target features [B, N, F]: the last hidden states, or those
-    of `layers` fused by treespec.models.eagle_head.fused_features) of one target forward over the cache, through
-    `lean` (treespec.models.lean) where given: the same arithmetic as transformers' modules."""
+                   cache) -> tuple[torch.Tensor, TargetFeatures | None]:
+    """Logits [B, N, V] (and, if asked, what the drafter's target features are made from: `TargetFeatures`) of one
+    target forward over the cache, through `lean` (treespec.models.lean) where given: the same arithmetic as
+    transformers' modules."""
     if lean is not None:
         hidden, states = lean(input_ids, position_ids, attention_mask, cache, keep=layers)  # [B, N, H]
         logits = target.get_output_embeddings()(hidden)
         if not want_features:
             return logits, None
-        return logits, fused_features(target, hidden, states, layers) if layers else hidden
+        return logits, TargetFeatures(target, hidden, states, tuple(layers))
     inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
                   use_cache=True)
     if not want_features:
         return target(**inputs).logits, None
     out = target.base_model(**inputs, output_hidden_states=bool(layers))
-    return target.get_output_embeddings()(out.last_hidden_state), target_features(target, out, layers)
+    return target.get_output_embeddings()(out.last_hidden_state), TargetFeatures(target, target_features(target, out, layers))
 
 
 class Decoder:
@@ -240,7 +264,7 @@ class Decoder:
         flat = flatten(tokens.to(self.device), [t.shape.parents for t in trees], [t.shape.depths for t in trees],
                        self.lengths, start, self.dtype)
         logits, features = target_forward(self.target, self.lean, self.want_features, self.layers, flat.input_ids,
-                                          flat.position_ids, flat.attention_mask, self.cache)  # [B, N, V], [B, N, F]
+                                          flat.position_ids, flat.attention_mask, self.cache)  # [B, N, V]
         argmax = logits.argmax(-1).tolist() if self.want_argmax else None  # [B][N]
         t2 = self.clock()
         results = []
@@ -289,13 +313,13 @@ class Decoder:
         self.live = [self.live[b] for b in keep]
 
     @staticmethod
-    def _outcome(tree: DraftTree, result, features: torch.Tensor | None, b: int,
+    def _outcome(tree: DraftTree, result, features: TargetFeatures | None, b: int,
                  argmax: list[list[int]] | None) -> StepOutcome:
         """Row b's accepted path in the drafter's node ids, with the target's features along it and its greedy
         tokens at the tree's nodes if they were asked."""
         ids, tokens = tree.drafter_ids, tree.tokens.tolist()
         nodes = tuple(ids[n] for n in result.accepted) if ids is not None else result.accepted
-        path_features = features[b, list(result.accepted)] if features is not None else None
+        path_features = features.rows(b, result.accepted) if features is not None else None
         greedy = tuple(argmax[b][: tree.shape.size]) if argmax is not None else None
         return StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus, path_features, greedy)
 
