@@ -56,21 +56,28 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from a [V] distribution (need not be normalised)."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """One token from a [V] distribution (need not be normalised), by the inverse of its float64 cumulative sum at
+    one uniform draw: a token of probability 0 is never drawn. (torch.multinomial took 0.9 ms over the default
+    target's 49,152 tokens on an AMD EPYC, 2026-12-05: a tenth of a sampled decoding step.)"""
+    cumulative = probs.double().cumsum(-1)  # [V]
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device) * cumulative[-1]
+    return min(int(torch.searchsorted(cumulative, u, right=True)), probs.shape[-1] - 1)
 
 
 def gumbel_top_k(probs: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
-    """k distinct tokens sampled without replacement from [V] probs, in sampling order.
+    """k distinct tokens sampled without replacement from [V] probs, in sampling order (Gumbel-top-k over the tokens
+    of non-zero probability; for k = 1 that is one draw, `sample`).
 
     Returns fewer than k tokens when fewer than k have non-zero probability.
     """
-    support = int((probs > 0).sum())
-    k = min(k, support)
-    uniform = torch.rand(probs.shape, generator=generator, dtype=torch.float64, device=probs.device)
+    support = probs.nonzero().squeeze(-1)  # [S]: a drafter's reduced vocabulary or top-p cut leaves most tokens at 0
+    k = min(k, support.numel())
+    if k == 1:
+        return torch.tensor([sample(probs, generator)], device=probs.device)
+    uniform = torch.rand(support.shape, generator=generator, dtype=torch.float64, device=probs.device)
     gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
-    keys = torch.log(probs.double()) + gumbel  # -inf where probs == 0
-    return keys.topk(k).indices
+    keys = torch.log(probs[support].double()) + gumbel
+    return support[keys.topk(k).indices]
 
 
 def sample_with_replacement(probs: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
