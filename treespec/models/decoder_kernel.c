@@ -207,8 +207,8 @@ static void gated(const float *gate, const float *up, float *out, int64_t n) {
 }
 
 /* x [BM, H]: the embeddings; out [BM, H]: the last hidden states, normed where s->final_norm is set; cos/sin
- * [BM, d]; visible [BM, past + M]; keys/values: one cache buffer per layer; kept[i] (i = 0 .. n_layers, NULL or [BM, H]) receives the hidden
- * states after i layers. Returns 0, or -1 when out of memory. */
+ * [BM, d]; visible [BM, past + M]; keys/values: one cache buffer per layer; kept[i] (i = 0 .. n_layers, NULL or
+ * [BM, H]) receives the hidden states after i layers. Returns 0, or -1 when out of memory. */
 int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers, float *const *keys,
                           float *const *values, const int64_t *capacity, const float *x_in, const float *cos,
                           const float *sin, const uint8_t *visible, float *out, float *const *kept) {
