@@ -58,3 +58,25 @@ def test_a_4_bit_targets_q8_0_head_is_held_in_8_bits_and_the_target_decodes_as_i
         expected = reference(target, prompt, 12)
         for name, tree in all_policies().items():
             assert treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=12).tokens == expected, name
+
+
+def test_rows_of_an_int8_layer_are_its_rows():
+    """Int8Linear.rows (a vocabulary-subset head over the target's 8-bit LM head, as Medusa heads use it): the same
+    outputs on the kept rows; the codes come back from the kernel's layout."""
+    from treespec.models import int4_cpu
+    from treespec.models.quantize import Int8Linear
+
+    if int4_cpu.kernel_unavailable() is not None:
+        import pytest
+
+        pytest.skip("treespec's kernels do not build here")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48, bias=False)
+    with torch.no_grad():
+        grouped = linear.weight.reshape(48, 2, 32)
+        scale = grouped.abs().amax(-1, keepdim=True) / 127
+        linear.weight.copy_((torch.round(grouped / scale) * scale).reshape(48, 64))
+    layer = Int8Linear.from_linear(linear)
+    index = torch.tensor([3, 17, 40, 5])
+    x = torch.randn(2, 64)
+    torch.testing.assert_close(layer.rows(index)(x), layer(x)[:, index])

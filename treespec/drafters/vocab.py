@@ -16,7 +16,7 @@ import torch
 from treespec.errors import ConfigError
 from treespec.models.layouts import OneDNNLinear, onednn_linear, onednn_weight
 from treespec.models.lean import tensor_version
-from treespec.models.quantize import Int4Linear
+from treespec.models.quantize import Int4Linear, Int8Linear
 
 
 def token_counts(sequences: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
@@ -54,7 +54,7 @@ def _subset_head_parts(head: torch.nn.Module, vocab: torch.Tensor) -> tuple:
     cached = _SUBSET_HEADS.get(head)
     if cached is not None and cached[0] == key and torch.equal(cached[1], vocab):
         return cached[2]
-    if isinstance(head, Int4Linear):
+    if isinstance(head, (Int4Linear, Int8Linear)):
         parts = (head.rows(vocab), None, None, None)  # the same 4-bit codes
     else:
         with torch.no_grad():
@@ -73,7 +73,8 @@ class SubsetHead:
     head's own kind of multiply (its 4-bit codes, a oneDNN-reordered copy, or its layout's plain weight)."""
 
     def __init__(self, head: torch.nn.Module, config, vocab: torch.Tensor):
-        if not isinstance(head, (torch.nn.Linear, Int4Linear)) or getattr(config, "final_logit_softcapping", None):
+        if not isinstance(head, (torch.nn.Linear, Int4Linear, Int8Linear)) or getattr(config, "final_logit_softcapping",
+                                                                                       None):
             raise ConfigError("a vocabulary subset needs a draft whose LM head is a plain linear layer")
         size = head.out_features
         if vocab.dim() != 1 or vocab.numel() == 0 or vocab.unique().numel() != vocab.numel():

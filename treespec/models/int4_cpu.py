@@ -129,6 +129,15 @@ def to_kernel_layout(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Te
     return packed, per_block(scale), per_block(minimum)
 
 
+def codes_from_kernel_layout(packed: torch.Tensor) -> torch.Tensor:
+    """The kernel's codes [O / 16, I / 32, 16, 16] back to codes [O, I] uint8 (the inverse of `to_kernel_layout`)."""
+    blocks, groups = packed.shape[:2]
+    low = (packed & 15).reshape(blocks, groups, GROUP // 2, BLOCK // 2, 2)  # columns 0..7 of each block
+    high = (packed >> 4).reshape(blocks, groups, GROUP // 2, BLOCK // 2, 2)  # columns 8..15
+    arranged = torch.cat([low, high], dim=3)  # [block, group, pair, column, 2]
+    return arranged.permute(0, 3, 1, 2, 4).reshape(blocks * BLOCK, groups * GROUP).contiguous()
+
+
 def from_kernel_layout(scale_or_minimum: torch.Tensor) -> torch.Tensor:
     """A kernel-layout scale or minimum [O / 16, I / 32, 16] back to rows [O, I / 32] fp32."""
     blocks, groups, _ = scale_or_minimum.shape

@@ -164,13 +164,16 @@ class Int4Linear(torch.nn.Module):
 
     def rows(self, index: torch.Tensor) -> Int4Linear:
         """The layer restricted to output rows `index` [S] (the same codes: a vocabulary-subset head)."""
-        if self.codes is None:
+        codes = self.codes
+        if codes is None and self.kernel_codes is not None:  # treespec's kernel layout holds them too
+            codes = int4_cpu.codes_from_kernel_layout(self.kernel_codes)
+        if codes is None:
             raise ConfigError("this int4 layer was built without keep_codes: its rows cannot be selected")
-        index = torch.as_tensor(index, dtype=torch.long, device=self.codes.device)
+        index = torch.as_tensor(index, dtype=torch.long, device=codes.device)
         pad = -index.numel() % ROW_BLOCK
         padded = torch.cat([index, index[-1:].expand(pad)]) if pad else index
         bias = None if self.bias is None else self.bias[index].clone()
-        codes = self.codes[padded].contiguous()
+        codes = codes[padded].contiguous()
         kernel = None
         if self.kernel_codes is not None:
             scale, minimum = (int4_cpu.from_kernel_layout(t)[padded] for t in (self.kernel_scale, self.kernel_minimum))
@@ -290,6 +293,10 @@ class Int8Linear(torch.nn.Module):
 
     def product_tensors(self) -> list[torch.Tensor]:
         return self.high.product_tensors() + self.low.product_tensors()
+
+    def rows(self, index: torch.Tensor) -> Int8Linear:
+        """The layer restricted to output rows `index` [S] (the same codes: a vocabulary-subset head)."""
+        return Int8Linear(self.high.rows(index), self.low.rows(index))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., I] -> [..., O] in x's dtype."""
