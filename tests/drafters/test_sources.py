@@ -14,7 +14,8 @@ from treespec.decode.engine import StepOutcome
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
-from treespec.drafters.sources import SourceStats, candidate_tree
+from treespec.drafters.source_stats import SourceStats
+from treespec.drafters.sources import candidate_tree
 from treespec.errors import ConfigError
 from treespec.eval import certify
 from treespec.eval.reporting import acceptance_by_source, source_counts

@@ -211,7 +211,7 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         info.update(budget=tree.budget, depth=tree.max_depth, topk=tree.topk)
         return PolicyChoice(Dynamic(tree.budget, tree.max_depth, tree.topk), info)
     if tree.policy == "ngram":
-        policy = NGram(tree.ngram_budget, tree.ngram_depth, tree.max_ngram)
+        policy = NGram(tree.ngram_budget, tree.ngram_depth, tree.max_ngram, costs=costs)
         info.update(policy.describe())
         return PolicyChoice(policy, info)
     if tree.policy == "lookahead":

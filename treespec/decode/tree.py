@@ -162,6 +162,7 @@ class DraftTree:
     verify_mode: str  # a mode of treespec.decode.verify
     drafter_ids: tuple[int, ...] | None = None  # node ids the drafter saw, when they differ from tree ids
     sources: tuple[str, ...] | None = None  # [N] what proposed each node ("model", "ngram", "model+ngram"; root "")
+    matches: tuple[int, ...] | None = None  # [N] prompt lookup's suffix-match length behind each node (0: none)
 
     def token_path(self, tokens: Sequence[int]) -> list[int]:
         """The nodes of a token path from the root (tokens[0] is the root's), as far as the tree holds it (siblings

@@ -109,12 +109,10 @@ class LookaheadDrafter(NGramDrafter):
                               f"{pool_size}")
         self.window, self.ngram, self.pool_size, self.prompt_lookup = window, ngram, pool_size, prompt_lookup
         self.jacobi: list[JacobiRow] = []
-        self._trees: list = []
 
     def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
         super().reset(prompts, prefix_features)
         self.jacobi = [JacobiRow(text, self.window, self.ngram, self.pool_size) for text in self.rows]
-        self._trees = [None] * len(prompts)
 
     def propose(self, roots: Sequence[int], budget: int, depths: Sequence[int], cost=None,
                 probe: int = 8) -> list[Candidates]:
@@ -139,10 +137,6 @@ class LookaheadDrafter(NGramDrafter):
             out.append(trie)
         return out
 
-    def note_trees(self, trees: Sequence) -> None:
-        """The DraftTrees the policy built (the window's nodes are found in them by their tokens)."""
-        self._trees = list(trees)
-
     def window_wanted(self, b: int, cost_with: float, cost_without: float, probe: int) -> bool:
         """Whether row b's tree should carry the window, its step costing `cost_with` with the window's rows and
         `cost_without` without them: when the tokens it measurably brings per step (accepted through "lookahead"
@@ -156,7 +150,9 @@ class LookaheadDrafter(NGramDrafter):
         return gain * cost_without >= rest * max(cost_with - cost_without, 0.0)
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
-        super().observe(outcomes)  # the text now ends with the bonus: the next root
+        """As prompt lookup's (the noted trees counted, the text extended to the next root), then each row's window
+        moved and its pool fed (the window's nodes are found in the noted tree by their tokens)."""
+        super().observe(outcomes)
         for b, (text, row, outcome) in enumerate(zip(self.rows, self.jacobi, outcomes)):
             tree = self._trees[b] if b < len(self._trees) else None
             outputs: list[int | None] = [None] * len(row.window)
@@ -180,5 +176,3 @@ class LookaheadDrafter(NGramDrafter):
     def select(self, rows: Sequence[int]) -> None:
         super().select(rows)
         self.jacobi = [self.jacobi[r] for r in rows]
-        if self._trees:  # rows leave between the draft and `observe`
-            self._trees = [self._trees[r] for r in rows]

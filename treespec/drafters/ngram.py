@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from treespec.decode.engine import Request, StepOutcome
+from treespec.decode.tree import DraftTree
+from treespec.drafters.source_stats import SourceStats
 from treespec.errors import ConfigError
 
 
@@ -128,7 +130,9 @@ def graft(candidates: Candidates, chain: Sequence[int], source: str) -> Candidat
 
 
 class NGramDrafter:
-    """Prompt lookup over B rows (see the module docstring); a `Drafter` without logits: policies call `propose`."""
+    """Prompt lookup over B rows (see the module docstring); a `Drafter` without logits: policies call `propose`.
+    Each row also keeps the acceptance of every source in the trees it was handed (`note_trees`, `stats`), which
+    the policies of treespec.drafters.sources plan with."""
 
     wants_target_hidden = False
     target_layers: tuple[int, ...] = ()
@@ -138,9 +142,13 @@ class NGramDrafter:
             raise ConfigError(f"n-gram lengths must satisfy 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram, self.max_matches = max_ngram, min_ngram, max_matches
         self.rows: list[NGramIndex] = []
+        self.stats: list[SourceStats] = []
+        self._trees: list[DraftTree | None] = []
 
     def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
         self.rows = [NGramIndex(p, self.min_ngram, self.max_ngram) for p in prompts]
+        self.stats = [SourceStats() for _ in prompts]
+        self._trees = [None] * len(prompts)
 
     def propose(self, roots: Sequence[int], budget: int, depths: Sequence[int]) -> list[Candidates]:
         """Each row's trie of at most `budget` nodes and depths[b] levels (root included) after its root."""
@@ -158,13 +166,21 @@ class NGramDrafter:
     def node_logits(self, requests: Sequence[Request | None]) -> list[torch.Tensor]:
         raise ConfigError("the n-gram drafter proposes candidates, not logits: use it with policies.NGram or Hybrid")
 
-    def note_trees(self, trees: Sequence) -> None:
-        """The trees the policy built from this step's proposals (prompt lookup needs no record of them)."""
+    def note_trees(self, trees: Sequence[DraftTree]) -> None:
+        """The trees the policy built from this step's proposals (whatever else they hold), counted at `observe`."""
+        self._trees = list(trees)
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
-        """Append each row's accepted tokens after its root, and the bonus (the next root)."""
-        for row, outcome in zip(self.rows, outcomes):
+        """Count each row's noted tree against its outcome; append its accepted tokens after its root and the bonus
+        (the next root)."""
+        for b, (row, outcome) in enumerate(zip(self.rows, outcomes)):
+            tree = self._trees[b] if b < len(self._trees) else None
+            if tree is not None and tree.sources is not None:
+                self.stats[b].count(tree, tree.token_path(outcome.accepted_tokens))
             row.extend([*outcome.accepted_tokens[1:], outcome.bonus])
 
     def select(self, rows: Sequence[int]) -> None:
         self.rows = [self.rows[r] for r in rows]
+        self.stats = [self.stats[r] for r in rows]
+        if self._trees:  # rows leave between the draft and `observe`
+            self._trees = [self._trees[r] for r in rows]

@@ -32,7 +32,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 import torch
 
 from treespec.decode.engine import Drafter, StepOutcome
@@ -40,9 +39,9 @@ from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import DraftTree, TreeShape
 from treespec.drafters.lookahead import LookaheadDrafter
 from treespec.drafters.ngram import Candidates, NGramDrafter
+from treespec.drafters.source_stats import SourceStats, node_matches, node_probabilities, paying_candidates
 from treespec.errors import ConfigError
 
-SOURCES = ("model", "ngram", "lookahead", "jacobi")  # lookahead: the Jacobi pool's n-grams; jacobi: its window
 CANDIDATE_SOURCES = frozenset({"ngram", "lookahead"})  # what policies draft with a candidate drafter
 
 
@@ -55,48 +54,6 @@ class StepPrices(Protocol):
     def target_cost(self, nodes: int) -> float: ...
 
     def draft_cost(self, width: int) -> float: ...
-
-
-MAX_RANK = 4  # ranks from this one on share the statistics of the last
-
-
-class SourceStats:
-    """P(a node is accepted | its parent was) by source, depth and sibling rank, counted from verified steps, with a
-    Beta(1, 1) prior; and the mean number of model nodes accepted per step where the model drafted."""
-
-    def __init__(self, depth: int = 16):
-        self.proposed = {s: np.zeros((depth, MAX_RANK)) for s in SOURCES}
-        self.accepted = {s: np.zeros((depth, MAX_RANK)) for s in SOURCES}
-        self.model_steps, self.model_accepted = 0, 0
-
-    def _cell(self, source: str, depth: int, rank: int) -> tuple[int, int]:
-        """The counters' index of a node: deeper depths share the last row, higher ranks the last column."""
-        return min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1)
-
-    def rate(self, source: str, depth: int, rank: int) -> float:
-        cell = self._cell(source, depth, rank)
-        return (self.accepted[source][cell] + 1) / (self.proposed[source][cell] + 2)
-
-    def model_length(self) -> float:
-        """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
-        return (self.model_accepted + 1) / (self.model_steps + 1)
-
-    def count(self, tree: DraftTree, accepted: Sequence[int], model_drafted: bool) -> None:
-        """One verified tree: every node whose parent was accepted was a trial of each source that proposed it."""
-        on_path = set(accepted)
-        shape = tree.shape
-        for node in range(1, shape.size):
-            if shape.parents[node] not in on_path:
-                continue
-            depth, rank = shape.depths[node], shape.ranks[node]
-            for source in tree.sources[node].split("+"):
-                cell = self._cell(source, depth, rank)
-                self.proposed[source][cell] += 1
-                if node in on_path:
-                    self.accepted[source][cell] += 1
-        if model_drafted:
-            self.model_steps += 1
-            self.model_accepted += sum("model" in tree.sources[n] for n in accepted[1:])
 
 
 def _unforwarded(node: int) -> int:
@@ -119,27 +76,21 @@ def candidate_tree(candidates: Candidates, eos: Collection[int], mode: str) -> D
     tokens = [candidates.tokens[n] for n in keep]
     parents = [-1] + [index[candidates.parents[n]] for n in keep[1:]]
     labels = candidates.sources or ("",) + ("ngram",) * (len(candidates.tokens) - 1)
-    return DraftTree(torch.tensor(tokens), TreeShape(tuple(parents)), None, mode, None, tuple(labels[n] for n in keep))
-
-
-def node_probabilities(tree: DraftTree, stats: SourceStats) -> list[float]:
-    """f(v) for every node: the product of its path's acceptance rates (a merged node takes its best source's)."""
-    shape, f = tree.shape, [1.0] * tree.shape.size
-    for node in range(1, shape.size):
-        rate = max(stats.rate(s, shape.depths[node], shape.ranks[node]) for s in tree.sources[node].split("+"))
-        f[node] = f[shape.parents[node]] * rate
-    return f
+    return DraftTree(torch.tensor(tokens), TreeShape(tuple(parents)), None, mode, None, tuple(labels[n] for n in keep),
+                     tuple(candidates.match[n] for n in keep))
 
 
 @dataclass(frozen=True)
 class NGram:
     """Prompt lookup alone: each row's trie of continuations found in its own text (treespec.drafters.ngram), at most
-    `budget` nodes and `depth` levels (root included). Needs no draft model."""
+    `budget` nodes and `depth` levels (root included); with `costs` (a `StepPrices`), cut every step to the nodes
+    that pay for their target rows by the row's measured acceptance (`paying_candidates`). Needs no draft model."""
 
     budget: int = 12
     depth: int = 10
     max_ngram: int = 4
     min_ngram: int = 1
+    costs: StepPrices | None = field(default=None, compare=False)
     name: str = field(default="ngram")
     sources: tuple[str, ...] = field(default=("ngram",), init=False)
 
@@ -154,12 +105,21 @@ class NGram:
     def new_ngram_drafter(self) -> NGramDrafter:
         return NGramDrafter(self.max_ngram, self.min_ngram)
 
+    def _cost(self, nodes: int) -> float:
+        """A step of `nodes` target rows relative to the 1-token pass."""
+        return self.costs.target_cost(nodes) + self.costs.overhead
+
     def draft(self, drafter: Drafter, roots: Sequence[int], sampling: SamplingConfig,
               generators: Sequence[torch.Generator | None], eos: Collection[int],
               max_levels: Sequence[int]) -> list[DraftTree]:
         ngram = drafter.ngram if isinstance(drafter, HybridDrafter) else drafter
         proposals = ngram.propose(roots, self.budget, [min(self.depth, m) for m in max_levels])
-        return [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
+        trees = [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
+        if self.costs is not None:
+            trees = [paying_candidates(t, node_probabilities(t, stats), self._cost)[0]
+                     for t, stats in zip(trees, ngram.stats)]
+        ngram.note_trees(trees)
+        return trees
 
 
 @dataclass(frozen=True)
@@ -205,9 +165,9 @@ class Lookahead:
 
 
 class HybridDrafter:
-    """A model drafter and an n-gram drafter side by side, with each row's statistics (`SourceStats`) that the Hybrid
-    policy plans with. `observe` hands each outcome to both (the model's as `absorb` on steps where it drafted for
-    no row) and counts it."""
+    """A model drafter and an n-gram drafter side by side; the n-gram drafter keeps each row's statistics
+    (`SourceStats`) that the Hybrid policy plans with. `observe` hands each outcome to both (the model's as `absorb`
+    on steps where it drafted for no row)."""
 
     wants_target_hidden: bool
     wants_target_argmax: bool
@@ -218,24 +178,23 @@ class HybridDrafter:
         self.wants_target_hidden = bool(getattr(model, "wants_target_hidden", False))
         self.wants_target_argmax = bool(getattr(ngram, "wants_target_argmax", False))  # a lookahead window
         self.target_layers = tuple(getattr(model, "target_layers", ()))
-        self.stats: list[SourceStats] = []
-        self._trees: list[DraftTree] = []
-        self._drafted: list[bool] = []  # per row: whether its tree holds the model's draft this step
         self._model_ran = False
+
+    @property
+    def stats(self) -> list[SourceStats]:
+        return self.ngram.stats
 
     def reset(self, prompts: Sequence[Sequence[int]], prefix_features: torch.Tensor | None = None) -> None:
         self.model.reset(prompts, prefix_features)
         self.ngram.reset(prompts, prefix_features)
-        self.stats = [SourceStats() for _ in prompts]
-        self._trees, self._drafted, self._model_ran = [], [], False
+        self._model_ran = False
 
-    def remember(self, trees: list[DraftTree], drafted: list[bool], model_ran: bool) -> None:
-        """The step's trees (to count their outcomes), which rows hold the model's draft, and whether it ran."""
-        self._trees, self._drafted, self._model_ran = trees, drafted, model_ran
+    def note_trees(self, trees: list[DraftTree], model_ran: bool) -> None:
+        """The step's trees (counted at `observe`) and whether the model drafted this step."""
+        self.ngram.note_trees(trees)
+        self._model_ran = model_ran
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
-        for stats, tree, drafted, outcome in zip(self.stats, self._trees, self._drafted, outcomes):
-            stats.count(tree, tree.token_path(outcome.accepted_tokens), drafted)
         if self._model_ran:
             self.model.observe(outcomes)
         else:
@@ -245,9 +204,6 @@ class HybridDrafter:
     def select(self, rows: Sequence[int]) -> None:
         self.model.select(rows)
         self.ngram.select(rows)
-        self.stats = [self.stats[r] for r in rows]
-        if self._trees:
-            self._trees, self._drafted = [self._trees[r] for r in rows], [self._drafted[r] for r in rows]
 
     def root_logits(self, roots):
         return self.model.root_logits(roots)
@@ -263,6 +219,8 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
     parents = list(model_tree.shape.parents)
     sources = list(model_tree.sources or ("",) + ("model",) * (len(tokens) - 1))
     ids = list(model_tree.drafter_ids if model_tree.drafter_ids is not None else range(len(tokens)))
+    matches = list(node_matches(model_tree))
+    cand_matches = node_matches(candidates)
     children: dict[int, dict[int, int]] = {}
     for node in range(1, len(tokens)):
         children.setdefault(parents[node], {})[tokens[node]] = node
@@ -281,12 +239,14 @@ def merge(model_tree: DraftTree, candidates: DraftTree, keep: Sequence[bool]) ->
             parents.append(parent)
             sources.append(labels[node])
             ids.append(_unforwarded(found))
+            matches.append(cand_matches[node])
             children[parent][token] = found
         else:
             sources[found] = "+".join(sorted(set(sources[found].split("+")) | set(labels[node].split("+"))))
+            matches[found] = max(matches[found], cand_matches[node])
         where[node] = found
     return DraftTree(torch.tensor(tokens, device=model_tree.tokens.device), TreeShape(tuple(parents)), None,
-                     model_tree.verify_mode, tuple(ids), tuple(sources))
+                     model_tree.verify_mode, tuple(ids), tuple(sources), tuple(matches))
 
 
 @dataclass(frozen=True)
@@ -348,6 +308,9 @@ class Hybrid:
             proposals = drafter.ngram.propose(roots, self.ngram_budget, depths)
         ngram_trees = [candidate_tree(c, eos, mode) for c in proposals]
         found = [node_probabilities(t, stats) for t, stats in zip(ngram_trees, drafter.stats)]
+        if self.costs is not None and not self.window:  # the trie cut to what pays alone (the window is priced apart)
+            ngram_trees, found = map(list, zip(*[paying_candidates(t, f, lambda n: self._cost(n, 0))
+                                                 for t, f in zip(ngram_trees, found)]))
         inner = self.model.describe()
         model_nodes, levels = inner.get("budget", 1), max(0, inner.get("depth", 1) - 1)
         lengths = [stats.model_length() for stats in drafter.stats]
@@ -356,8 +319,7 @@ class Hybrid:
                 for f, length in zip(found, lengths)]
         use_model = [b > a for a, b in zip(alone, both)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
-            drafter.remember(ngram_trees, [False] * len(roots), model_ran=False)
-            drafter.ngram.note_trees(ngram_trees)
+            drafter.note_trees(ngram_trees, model_ran=False)
             return ngram_trees
         model_trees = self.model.draft(drafter.model, roots, sampling, generators, eos, max_levels)
         trees = []
@@ -374,6 +336,5 @@ class Hybrid:
             keep = [True] + [f[v] > speed * (self._cost(n + 1, levels) - self._cost(n, levels))
                              or "jacobi" in ngram_tree.sources[v].split("+") for v in range(1, len(f))]
             trees.append(merge(model_tree, ngram_tree, keep))
-        drafter.remember(trees, use_model, model_ran=True)
-        drafter.ngram.note_trees(trees)
+        drafter.note_trees(trees, model_ran=True)
         return trees

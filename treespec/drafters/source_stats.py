@@ -1,0 +1,102 @@
+"""What each source's proposals are worth, measured while decoding, and the candidate trie that pays for its rows.
+
+`SourceStats` counts, from every verified step of one row, P(node accepted | its parent was) by source, depth, sibling
+rank and, for prompt lookup, the length of the suffix match that proposed the node (a node proposed after a 4-token
+match is accepted far more often than one after a 1-token match). `node_probabilities` turns those rates into f(v),
+the probability that node v is on the accepted path. `paying_candidates` cuts a trie of candidates to the nodes that
+pay for their target rows: the n nodes of highest f (an ancestor's f is never below its child's, so they form a
+tree) for the n that maximises the expected tokens per unit of step time, (1 + sum f) / cost(n). The cut depends only
+on earlier steps' outcomes and the proposals, never on this step's target output, so verification stays lossless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from treespec.decode.tree import DraftTree, TreeShape
+
+SOURCES = ("model", "ngram", "lookahead", "jacobi")  # lookahead: the Jacobi pool's n-grams; jacobi: its window
+MAX_RANK = 4  # ranks from this one on share the statistics of the last
+MATCH_CLASSES = 5  # suffix-match lengths 0 (not a lookup: model, jacobi), 1, 2, 3 and 4 or more
+
+
+class SourceStats:
+    """P(a node is accepted | its parent was) by source, depth, sibling rank and suffix-match length, counted from
+    verified steps, with a Beta(1, 1) prior; and the mean number of model nodes accepted per step where the model
+    drafted."""
+
+    def __init__(self, depth: int = 16):
+        shape = (depth, MAX_RANK, MATCH_CLASSES)
+        self.proposed = {s: np.zeros(shape) for s in SOURCES}
+        self.accepted = {s: np.zeros(shape) for s in SOURCES}
+        self.model_steps, self.model_accepted = 0, 0
+
+    def _cell(self, source: str, depth: int, rank: int, match: int = 0) -> tuple[int, int, int]:
+        """The counters' index of a node: deeper depths share the last row, higher ranks and longer matches the
+        last column."""
+        return min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1), min(match, MATCH_CLASSES - 1)
+
+    def rate(self, source: str, depth: int, rank: int, match: int = 0) -> float:
+        cell = self._cell(source, depth, rank, match)
+        return (self.accepted[source][cell] + 1) / (self.proposed[source][cell] + 2)
+
+    def model_length(self) -> float:
+        """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
+        return (self.model_accepted + 1) / (self.model_steps + 1)
+
+    def count(self, tree: DraftTree, accepted: Sequence[int]) -> None:
+        """One verified tree (`accepted`: its accepted nodes from the root): every node whose parent was accepted was
+        a trial of each source that proposed it; the model drafted this step when any node is its."""
+        on_path = set(accepted)
+        shape, matches = tree.shape, node_matches(tree)
+        for node in range(1, shape.size):
+            if shape.parents[node] not in on_path:
+                continue
+            for source in tree.sources[node].split("+"):
+                cell = self._cell(source, shape.depths[node], shape.ranks[node], matches[node])
+                self.proposed[source][cell] += 1
+                if node in on_path:
+                    self.accepted[source][cell] += 1
+        if any("model" in s.split("+") for s in tree.sources[1:]):
+            self.model_steps += 1
+            self.model_accepted += sum("model" in tree.sources[n].split("+") for n in accepted[1:])
+
+
+def node_matches(tree: DraftTree) -> tuple[int, ...]:
+    """[N] the suffix-match length behind each node (0 where none, e.g. the model's nodes)."""
+    return tree.matches if tree.matches is not None else (0,) * tree.shape.size
+
+
+def node_probabilities(tree: DraftTree, stats: SourceStats) -> list[float]:
+    """f(v) for every node: the product of its path's acceptance rates (a merged node takes its best source's)."""
+    shape, matches, f = tree.shape, node_matches(tree), [1.0] * tree.shape.size
+    for node in range(1, shape.size):
+        rate = max(stats.rate(s, shape.depths[node], shape.ranks[node], matches[node])
+                   for s in tree.sources[node].split("+"))
+        f[node] = f[shape.parents[node]] * rate
+    return f
+
+
+def subtree(tree: DraftTree, keep: Sequence[int]) -> DraftTree:
+    """The nodes `keep` of a tree without a distribution (ascending, the root and every kept node's parent
+    included), renumbered in order."""
+    index = {node: i for i, node in enumerate(keep)}
+    parents = [-1] + [index[tree.shape.parents[n]] for n in keep[1:]]
+
+    def pick(values):
+        return None if values is None else tuple(values[n] for n in keep)
+
+    return DraftTree(tree.tokens[list(keep)], TreeShape(tuple(parents)), None, tree.verify_mode,
+                     pick(tree.drafter_ids), pick(tree.sources), pick(tree.matches))
+
+
+def paying_candidates(tree: DraftTree, f: Sequence[float], cost: Callable[[int], float]) -> tuple[DraftTree, list[float]]:
+    """The subtree of the n nodes (root included) of highest f(v), for the n that maximises (1 + sum of their f) /
+    cost(n), and their f (see the module docstring)."""
+    order = sorted(range(1, len(f)), key=lambda v: (-f[v], v))  # an ancestor before its descendants
+    gains = np.cumsum([1.0] + [f[v] for v in order])  # [n]: expected tokens of the best n nodes
+    best = max(range(1, len(gains) + 1), key=lambda n: (gains[n - 1] / cost(n), -n))
+    keep = sorted([0] + order[: best - 1])
+    return subtree(tree, keep), [f[v] for v in keep]
