@@ -176,6 +176,7 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
 def test_bench_on_tiny_models(tmp_path):
     result = _app("bench.py", "model=tiny", "hardware=none", "data=pool", "data.limit=2", "max_new_tokens=8",
                   "methods=[hf_generate,hf_assisted,llama_cpp,autoregressive,chain,kary,dynamic,hybrid]", "threads=1",
+                  "trees.hybrid.model_policy=dynamic", "trees.hybrid.budget=6", "trees.hybrid.max_depth=4",  # no profile
                   f"hydra.run.dir={tmp_path}")
     assert "llama_cpp left out: " in result.stdout  # the tiny models have no GGUF file for llama.cpp
     table = json.loads((tmp_path / "bench.json").read_text())["table"]

@@ -14,13 +14,15 @@ from treespec.decode.engine import StepOutcome
 from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
-from treespec.drafters.source_stats import SourceStats
+from treespec.app.configs import TreeSpec, build_policy
+from treespec.decode.tree import DraftTree, TreeShape
+from treespec.drafters.source_stats import SourceStats, node_probabilities, paying_candidates
 from treespec.drafters.sources import candidate_tree
 from treespec.errors import ConfigError
 from treespec.eval import certify
 from treespec.eval.reporting import acceptance_by_source, source_counts
 from treespec.models.eagle_head import init_eagle_from_target
-from treespec.plan.costs import StepCosts
+from treespec.plan.costs import LatencyProfile, StepCosts
 
 REPEATING = [5, 9, 13, 2, 7, 5, 9, 13, 2, 7, 5, 9, 13]  # a text that repeats itself: lookup finds its continuation
 
@@ -97,6 +99,72 @@ def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_i
     with pytest.raises(ConfigError, match="children=deterministic"):
         treespec.generate(target, draft, prompt, tree=policies.Hybrid(policies.Chain(2)), max_new_tokens=4,
                           temperature=1.0)
+
+
+def _chain_tree(tokens, sources=None, matches=None):
+    parents = tuple(range(-1, len(tokens) - 1))
+    return DraftTree(torch.tensor(tokens), TreeShape(parents), None, "greedy", None,
+                     sources or ("",) + ("ngram",) * (len(tokens) - 1), matches)
+
+
+def test_rates_back_off_to_the_level_above_and_separate_match_lengths():
+    stats = SourceStats()
+    assert stats.rate("ngram", 1, 0, 4) == 0.5 and stats.rate("ngram", 7, 0, 4) == 0.5  # the prior everywhere
+    long = _chain_tree([9, 1, 2], matches=(0, 4, 4))
+    for _ in range(20):
+        stats.count(long, [0, 1, 2])  # after a 4-token match, both levels accepted every time
+    stats.count(_chain_tree([9, 5], matches=(0, 1)), [0])  # after a 1-token match, rejected
+    assert stats.rate("ngram", 1, 0, 4) == pytest.approx(21 / 22)
+    assert stats.rate("ngram", 9, 0, 4) > 0.95  # never drafted that deep: expected to do as depth 2 did
+    assert stats.rate("ngram", 1, 0, 1) == pytest.approx((0 + 2 * 0.5) / (1 + 2))  # its own cell
+    assert stats.rate("model", 1, 0) == 0.5 and stats.model_length() == 1.0  # no model node: the model did not draft
+    merged = _chain_tree([9, 1, 2], sources=("", "model", "model+ngram"), matches=(0, 0, 3))
+    stats.count(merged, [0, 1])
+    assert stats.model_steps == 1 and stats.model_accepted == 1
+    assert node_probabilities(merged, stats)[2] == pytest.approx(
+        stats.rate("model", 1, 0) * max(stats.rate("model", 2, 0), stats.rate("ngram", 2, 0, 3)))
+
+
+def test_a_candidate_trie_is_cut_to_the_nodes_that_pay_for_their_rows():
+    tree = DraftTree(torch.tensor([9, 1, 2, 3, 7]), TreeShape((-1, 0, 1, 2, 0)), None, "greedy", (0, 1, 2, 3, 4),
+                     ("",) + ("ngram",) * 4, (0, 4, 4, 4, 1))
+    f = [1.0, 0.9, 0.8, 0.7, 0.1]
+    free, _ = paying_candidates(tree, f, lambda n: 1.0)
+    assert free.shape.size == 5  # free rows: everything
+    cut, kept = paying_candidates(tree, f, lambda n: 1.0 + 0.3 * (n - 1))  # a row costs 0.3 of a pass
+    assert cut.tokens.tolist() == [9, 1, 2, 3] and kept == [1.0, 0.9, 0.8, 0.7]  # the side branch (0.1) does not pay
+    assert cut.shape.parents == (-1, 0, 1, 2) and cut.matches == (0, 4, 4, 4) and cut.drafter_ids == (0, 1, 2, 3)
+    dear, _ = paying_candidates(tree, f, lambda n: float(n))  # rows as dear as passes: the root alone
+    assert dear.shape.size == 1
+    deep = paying_candidates(tree, [1.0, 0.9, 0.05, 0.04, 0.6], lambda n: 1.0 + 0.3 * (n - 1))[0]
+    assert deep.tokens.tolist() == [9, 1, 7]  # by f, whatever the depth; ancestors always come along
+
+
+def test_prompt_lookup_with_costs_learns_to_draft_deep_where_copies_are_accepted():
+    target = tiny_model("llama", seed=0)
+    costs = StepCosts({1: 1.0, 16: 2.5}, {1: 0.0})
+    text = REPEATING + reference(target, REPEATING, 24)
+    prompt = text + REPEATING  # the answer restates the prompt: lookup's continuations are accepted
+    tree = policies.NGram(16, 16, costs=costs)
+    out = treespec.generate(target, None, prompt, tree=tree, max_new_tokens=24)
+    assert out.tokens == reference(target, prompt, 24)
+    sizes = [s.tree_size for s in out.steps]
+    assert sizes[0] < 6 and max(sizes) > 6  # the prior's small trie grows once copies are accepted
+    fresh = treespec.generate(target, None, PROMPTS[0], tree=tree, max_new_tokens=12)
+    assert fresh.tokens == reference(target, PROMPTS[0], 12)
+
+
+def test_a_hybrid_trees_model_part_can_be_the_planned_tree():
+    accept = [0.7, 0.2, 0.05]
+    profile = LatencyProfile({1: {1: 4.0, 2: 4.4, 4: 5.0, 8: 6.5, 16: 11.0}}, {1: {1: 0.6, 4: 0.8, 8: 1.0}})
+    choice = build_policy(TreeSpec(policy="hybrid", model_policy="sequoia"), accept, profile, "auto")
+    planned = build_policy(TreeSpec(policy="sequoia"), accept, profile, "auto")
+    assert choice.policy.model.shape == planned.policy.shape and choice.policy.model.children == "deterministic"
+    assert choice.policy.costs is not None and choice.info["model_tree"]["budget"] == planned.policy.shape.size
+    with pytest.raises(ConfigError, match="model_policy"):
+        build_policy(TreeSpec(policy="hybrid", model_policy="chain"), accept, profile, "auto")
+    with pytest.raises(ConfigError, match="hardware profile"):
+        build_policy(TreeSpec(policy="hybrid", model_policy="sequoia"), accept, None)
 
 
 def test_model_drafters_catch_up_on_steps_they_did_not_draft():

@@ -82,6 +82,7 @@ class TreeSpec:
     window: Optional[int] = None  # lookahead: Jacobi guesses per step (None: 4); hybrid: a lookahead pool too (None: none)
     ngram_size: int = 4  # lookahead (and hybrid with a window): N of the pool's n-grams
     prompt_lookup: bool = False  # lookahead: search the row's own text too (hybrid always does)
+    model_policy: str = "dynamic"  # hybrid: the model's part, "dynamic" (budget, max_depth, topk) or "sequoia" (planned)
 
 
 @dataclass
@@ -220,11 +221,20 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         info.update(policy.describe())
         return PolicyChoice(policy, info)
     if tree.policy == "hybrid":
-        if tree.budget is None or tree.max_depth is None:
-            raise ConfigError("tree=hybrid needs tree.budget and tree.max_depth (its model part: a dynamic tree)")
-        policy = Hybrid(Dynamic(tree.budget, tree.max_depth, tree.topk), tree.ngram_budget, tree.ngram_depth,
-                        tree.max_ngram, window=tree.window or 0, ngram_size=tree.ngram_size, costs=costs)
-        info.update({k: v for k, v in policy.describe().items() if k != "model_policy"}, topk=tree.topk)
+        if tree.model_policy == "sequoia":  # the static tree planned for the model alone, drafted as its top-k
+            planned = build_policy(replace(tree, policy="sequoia"), acceptance, hardware, hardware_name, batch_size)
+            model = Static(planned.policy.shape, "deterministic", name="sequoia")
+            info.update(model_tree={k: planned.info[k] for k in ("budget", "depth", "chosen", "given") if k in planned.info})
+        elif tree.model_policy == "dynamic":
+            if tree.budget is None or tree.max_depth is None:
+                raise ConfigError("tree=hybrid needs tree.budget and tree.max_depth (its model part: a dynamic tree)")
+            model = Dynamic(tree.budget, tree.max_depth, tree.topk)
+            info.update(topk=tree.topk)
+        else:
+            raise ConfigError(f"tree.model_policy must be dynamic or sequoia, got '{tree.model_policy}'")
+        policy = Hybrid(model, tree.ngram_budget, tree.ngram_depth, tree.max_ngram, window=tree.window or 0,
+                        ngram_size=tree.ngram_size, costs=costs)
+        info.update({k: v for k, v in policy.describe().items() if k != "model_policy"})
         return PolicyChoice(policy, info)
     if tree.policy == "adaptive":
         if tree.max_depth is None:

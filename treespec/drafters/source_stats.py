@@ -20,11 +20,13 @@ from treespec.decode.tree import DraftTree, TreeShape
 SOURCES = ("model", "ngram", "lookahead", "jacobi")  # lookahead: the Jacobi pool's n-grams; jacobi: its window
 MAX_RANK = 4  # ranks from this one on share the statistics of the last
 MATCH_CLASSES = 5  # suffix-match lengths 0 (not a lookup: model, jacobi), 1, 2, 3 and 4 or more
+MATCHED_SOURCES = frozenset({"ngram", "lookahead"})  # the sources whose nodes come from a suffix match
+PRIOR = 2.0  # the weight of a rate's prior, in trials
 
 
 class SourceStats:
     """P(a node is accepted | its parent was) by source, depth, sibling rank and suffix-match length, counted from
-    verified steps, with a Beta(1, 1) prior; and the mean number of model nodes accepted per step where the model
+    verified steps (`rate` gives its prior); and the mean number of model nodes accepted per step where the model
     drafted."""
 
     def __init__(self, depth: int = 16):
@@ -32,15 +34,27 @@ class SourceStats:
         self.proposed = {s: np.zeros(shape) for s in SOURCES}
         self.accepted = {s: np.zeros(shape) for s in SOURCES}
         self.model_steps, self.model_accepted = 0, 0
+        self._rates: dict[tuple[str, int, int], list[float]] = {}  # (source, rank, match) -> rate by depth, until `count`
 
     def _cell(self, source: str, depth: int, rank: int, match: int = 0) -> tuple[int, int, int]:
         """The counters' index of a node: deeper depths share the last row, higher ranks and longer matches the
-        last column."""
-        return min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1), min(match, MATCH_CLASSES - 1)
+        last column; the match length counts for lookup's sources only."""
+        match = min(match, MATCH_CLASSES - 1) if source in MATCHED_SOURCES else 0
+        return min(depth, len(self.proposed[source])) - 1, min(rank, MAX_RANK - 1), match
 
     def rate(self, source: str, depth: int, rank: int, match: int = 0) -> float:
-        cell = self._cell(source, depth, rank, match)
-        return (self.accepted[source][cell] + 1) / (self.proposed[source][cell] + 2)
+        """The posterior mean of a cell's rate. Its prior has the weight of `PRIOR` trials: around 1/2 at depth 1, and
+        deeper around the rate one level up, so a depth that was never drafted is expected to do as the deepest one
+        that was (and gets drafted, and measured, when that pays)."""
+        d, r, m = self._cell(source, depth, rank, match)
+        key = (source, r, m)
+        if key not in self._rates:
+            rates, value = [], 0.5
+            for level in range(len(self.proposed[source])):
+                value = (self.accepted[source][level, r, m] + PRIOR * value) / (self.proposed[source][level, r, m] + PRIOR)
+                rates.append(value)
+            self._rates[key] = rates
+        return self._rates[key][d]
 
     def model_length(self) -> float:
         """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
@@ -51,6 +65,7 @@ class SourceStats:
         a trial of each source that proposed it; the model drafted this step when any node is its."""
         on_path = set(accepted)
         shape, matches = tree.shape, node_matches(tree)
+        self._rates.clear()
         for node in range(1, shape.size):
             if shape.parents[node] not in on_path:
                 continue
