@@ -10,12 +10,12 @@ from conftest import PROMPTS, OneRow, reference, tiny_model
 
 import treespec
 from treespec import policies
+from treespec.app.configs import TreeSpec, build_policy
 from treespec.decode.engine import StepOutcome
 from treespec.decode.sampling import SamplingConfig
+from treespec.decode.tree import DraftTree, TreeShape
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
-from treespec.app.configs import TreeSpec, build_policy
-from treespec.decode.tree import DraftTree, TreeShape
 from treespec.drafters.source_stats import SourceStats, node_probabilities, paying_candidates
 from treespec.drafters.sources import candidate_tree
 from treespec.errors import ConfigError
