@@ -80,3 +80,11 @@ def test_rows_of_an_int8_layer_are_its_rows():
     index = torch.tensor([3, 17, 40, 5])
     x = torch.randn(2, 64)
     torch.testing.assert_close(layer.rows(index)(x), layer(x)[:, index])
+    from transformers import LlamaConfig
+
+    from treespec.drafters.vocab import SubsetHead
+
+    subset = SubsetHead(layer, LlamaConfig(), index)  # what Medusa heads build over such a head
+    logits = subset(x)
+    torch.testing.assert_close(logits[:, index], layer(x)[:, index])
+    assert torch.isinf(logits).sum() == 2 * (48 - 4)
