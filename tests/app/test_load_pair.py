@@ -34,3 +34,22 @@ def test_hardware_none_keeps_the_models_as_loaded():
 def test_a_named_profile_is_refused_with_the_way_to_use_it():
     with pytest.raises(ConfigError, match="resolve_hardware"):
         treespec.load_pair(*TINY, hardware="xeon")
+
+
+def test_plans_take_the_acceptance_measured_for_the_draft_precision_chosen():
+    """conf/model/smollm2.yaml: the head rounded to 4 bits (draft precision int4) accepts less than in fp32; a plan
+    made for a pair whose draft runs in int4 takes that precision's figures, any other precision the model's own."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from treespec.app.configs import ModelSpec, TreeSpec, acceptance_for
+    from treespec.decode.sampling import SamplingConfig
+
+    model = OmegaConf.merge(OmegaConf.structured(ModelSpec), OmegaConf.load(Path(__file__).parents[2] / "conf/model/smollm2.yaml"))
+    greedy, sampled = SamplingConfig(), SamplingConfig(temperature=0.7)
+    own = acceptance_for(model, TreeSpec(), greedy)
+    rounded = acceptance_for(model, TreeSpec(), greedy, "int4")
+    assert rounded[0][0] < own[0][0] and acceptance_for(model, TreeSpec(), greedy, "float32") == own
+    assert acceptance_for(model, TreeSpec(), sampled, "int4")[0][0] != acceptance_for(model, TreeSpec(), sampled)[0][0]
+    assert acceptance_for(model, TreeSpec(acceptance=[0.5]), greedy, "int4") == [0.5]  # a tree's own figures win

@@ -54,6 +54,9 @@ class ModelSpec:
     acceptance_greedy: Optional[Any] = None  # measured P_k at temperature 0: a vector [K] or a depth x rank matrix
     acceptance_sampled: Optional[Any] = None  # the same under sampling
     acceptance_source: str = ""  # how the vectors were measured
+    # the same measured with the draft in another precision ({"int4": {"greedy": ..., "sampled": ..., "source": ...}}):
+    # used where hardware=auto chose that precision for the draft
+    acceptance_by_draft_precision: dict[str, Any] = field(default_factory=dict)
     draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens
     draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (models.quantize)
     target_weights: Optional[str] = "auto"  # "int4": the target's 4-bit-grid layers (a Q4 GGUF's) held as 4-bit codes;
@@ -146,12 +149,16 @@ def sampling_config(spec: SamplingSpec) -> SamplingConfig:
     return SamplingConfig(spec.temperature, spec.top_p, spec.top_k)
 
 
-def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig) -> Optional[list]:
+def acceptance_for(model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig,
+                   draft_precision: Optional[str] = None) -> Optional[list]:
     """The acceptance that applies (a vector or a depth x rank matrix): the tree's override, else the model's
-    for this sampling mode."""
+    for this sampling mode, measured with the draft in `draft_precision` where the model spec has that."""
     if tree.acceptance:
         return list(tree.acceptance)
-    vector = model.acceptance_greedy if sampling.greedy else (model.acceptance_sampled or model.acceptance_greedy)
+    measured = model.acceptance_by_draft_precision.get(draft_precision) if draft_precision else None
+    greedy, sampled = (measured.get("greedy"), measured.get("sampled")) if measured else \
+        (model.acceptance_greedy, model.acceptance_sampled)
+    vector = greedy if sampling.greedy else (sampled or greedy)
     return list(vector) if vector else None
 
 

@@ -104,7 +104,8 @@ class Session:
         """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them."""
         profile, _ = self.profile(batch_size)
         name = self.pair.hardware.name if self.pair.hardware is not None else ""
-        acceptance = acceptance_for(self.model, tree, sampling)
+        precision = self.pair.hardware.draft_dtype if self.pair.hardware is not None else None
+        acceptance = acceptance_for(self.model, tree, sampling, precision)
         if isinstance(self.draft, LayerSkip) and not tree.acceptance:  # the search's, not the model spec's draft's
             acceptance = self.draft.acceptance
         return build_policy(tree, acceptance, profile, name, batch_size)

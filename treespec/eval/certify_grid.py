@@ -29,6 +29,7 @@ from treespec.drafters.sources import Hybrid, Lookahead, NGram
 from treespec.drafters.vocab import vocab_subset
 from treespec.eval import certify
 from treespec.models.layer_skip import skipping
+from treespec.plan.costs import StepCosts
 from treespec.plan.optimizer import sequoia_tree
 
 VOCAB = 6
@@ -89,6 +90,11 @@ def end_to_end_cases() -> list[dict]:
          "sampling": {"temperature": 0.7, "top_p": 0.9}},
         {"name": "e2e llama eagle head hybrid, batch of 4 + ragged row, T=1", "arch": "llama", "tree": "hybrid",
          "eagle": True, "lookup": True, "batch": 4, "sampling": {"temperature": 1.0}},
+        # the same with costs: each step's trie cut to the nodes that pay, by the acceptance measured in the run so far
+        {"name": "e2e llama prompt lookup cut by measured acceptance and costs, T=0.7", "arch": "llama",
+         "tree": "ngram_cut", "lookup": True, "sampling": {"temperature": 0.7}},
+        {"name": "e2e qwen2 hybrid with costs (model tree or trie, trie cut), T=1", "arch": "qwen2", "tree": "hybrid_cut",
+         "lookup": True, "sampling": {"temperature": 1.0}},
         {"name": "e2e llama lookahead (Jacobi pool + lookup), T=1", "arch": "llama", "tree": "lookahead", "lookup": True,
          "sampling": {"temperature": 1.0}},
         {"name": "e2e llama hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "llama",
@@ -109,6 +115,11 @@ def end_to_end_cases() -> list[dict]:
     return cases
 
 
+# a target whose rows cost a tenth of a pass each and a draft level a fifth: lookup's trie is cut and grown as its
+# measured acceptance moves, and a hybrid row switches between the model's tree and the trie alone
+CUT_COSTS = StepCosts({1: 1.0, 8: 1.7}, {1: 0.2})
+
+
 def _tree(name: str):
     if name == "dp":
         return policies.Sequoia(**E2E_TREE)
@@ -120,6 +131,10 @@ def _tree(name: str):
         return NGram(budget=8, depth=4)
     if name == "hybrid":
         return Hybrid(policies.Dynamic(budget=5, depth=3, topk=3), ngram_budget=6, ngram_depth=4)
+    if name == "ngram_cut":
+        return NGram(budget=8, depth=4, costs=CUT_COSTS)
+    if name == "hybrid_cut":
+        return Hybrid(policies.Dynamic(budget=4, depth=3, topk=2), ngram_budget=6, ngram_depth=4, costs=CUT_COSTS)
     if name == "lookahead":  # 3 levels: the window's chain would fill a deeper tree, and no step could go on after it
         return Lookahead(budget=8, depth=3, window=3, ngram_size=2, prompt_lookup=True)
     if name == "hybrid_lookahead":
