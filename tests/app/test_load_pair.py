@@ -46,7 +46,8 @@ def test_plans_take_the_acceptance_measured_for_the_draft_precision_chosen():
     from treespec.app.configs import ModelSpec, TreeSpec, acceptance_for
     from treespec.decode.sampling import SamplingConfig
 
-    model = OmegaConf.merge(OmegaConf.structured(ModelSpec), OmegaConf.load(Path(__file__).parents[2] / "conf/model/smollm2.yaml"))
+    spec = OmegaConf.load(Path(__file__).parents[2] / "conf/model/smollm2.yaml")
+    model = OmegaConf.merge(OmegaConf.structured(ModelSpec), spec)
     greedy, sampled = SamplingConfig(), SamplingConfig(temperature=0.7)
     own = acceptance_for(model, TreeSpec(), greedy)
     rounded = acceptance_for(model, TreeSpec(), greedy, "int4")
