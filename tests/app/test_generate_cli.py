@@ -81,6 +81,14 @@ def test_model_free_drafters_from_the_command_line(drafter):
     assert "loading target" in result.stderr and "and draft" not in result.stderr  # no draft model loaded
 
 
+def test_a_hybrid_tree_from_the_command_line():
+    result = run_cli(*TINY, "draft=hybrid", "tree.model_policy=dynamic", "tree.budget=4", "tree.max_depth=3",
+                     "compare=true", "max_new_tokens=12", "prompt=a b a b a b")
+    assert result.returncode == 0, result.stderr
+    rows = report(result.stdout)
+    assert rows["tree"].startswith("hybrid") and rows["outputs identical"] == "yes"
+
+
 @pytest.mark.parametrize("args, message", [
     (["tree.budgett=3"], "Could not override 'tree.budgett'"),
     (["tree=nope"], "Could not find 'tree/nope'"),
@@ -89,6 +97,7 @@ def test_model_free_drafters_from_the_command_line(drafter):
     (["tree=chain", "prompt_file=/no/such/file.jsonl"], "prompt file not found"),
     (["tree=chain", "sampling.top_p=1.5"], "top_p"),
     (["tree=sequoia"], "needs a measured hardware profile"),
+    (["draft=hybrid"], "tree.model_policy=dynamic"),  # its model part is planned: the way out without a profile
     (["tree=chain", "prompt_file=/no/such/file.txt"], "prompt file not found"),
     (["tree=chain", "prompt=   "], "prompt is empty"),
 ])

@@ -180,15 +180,19 @@ def needs_draft_model(tree: TreeSpec) -> bool:
 
 
 def needs_hardware(tree: TreeSpec) -> bool:
-    """Whether building this tree needs a latency profile (a Sequoia tree with budget or depth left open)."""
-    return tree.policy == "sequoia" and (tree.budget is None or tree.max_depth is None)
+    """Whether building this tree needs a latency profile (a Sequoia tree with budget or depth left open, or a hybrid
+    tree whose model part is one)."""
+    planned = tree.policy == "sequoia" or (tree.policy == "hybrid" and tree.model_policy == "sequoia")
+    return planned and (tree.budget is None or tree.max_depth is None)
 
 
 def check_hardware(tree: TreeSpec, spec: HardwareSpec) -> None:
     """Fail before any model is loaded when the tree needs a profile and none will be there."""
     if needs_hardware(tree) and spec.name != "auto" and latency_profile(spec) is None and not spec.batch_profile:
-        raise ConfigError("tree=sequoia without tree.budget and tree.max_depth needs a measured hardware profile "
-                          "(hardware=auto, the default, or hardware=<name>)")
+        raise ConfigError(f"tree={tree.policy} planned without tree.budget and tree.max_depth needs a measured "
+                          "hardware profile (hardware=auto, the default, or hardware=<name>)"
+                          + ("; or tree.model_policy=dynamic with tree.budget and tree.max_depth"
+                             if tree.policy == "hybrid" else ""))
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,22 @@ def _prompt_texts(cfg: DictConfig) -> list[str]:
     return [text]
 
 
+def _command_line_overrides() -> list[str]:
+    """The overrides given on the command line (none outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
 def run(cfg: DictConfig) -> None:
     sampling = sampling_config(cli.to_spec(SamplingSpec, cfg.sampling))
     tree_spec, hardware_spec = cli.to_spec(TreeSpec, cfg.tree), cli.to_spec(HardwareSpec, cfg.hardware)
     draft = cfg.draft
-    if draft in DRAFTER_NAMES:  # draft=ngram | lookahead | hybrid: a drafting method, not a model (tree=<it>, its defaults)
-        tree_spec = cli.to_spec(TreeSpec, OmegaConf.load(cli.CONF_DIR / "tree" / f"{draft}.yaml"))
+    if draft in DRAFTER_NAMES:  # draft=ngram | lookahead | hybrid: a drafting method, not a model (tree=<it>, its
+        # defaults, with the tree.* settings given on the command line)
+        given = [o[len("tree."):] for o in _command_line_overrides() if o.startswith("tree.")]
+        tree_spec = cli.to_spec(TreeSpec, OmegaConf.merge(OmegaConf.load(cli.CONF_DIR / "tree" / f"{draft}.yaml"),
+                                                          OmegaConf.from_dotlist(given)))
         draft = cfg.model.draft
     if not cfg.batch:  # a batch plans with a profile at its batch size, checked where it is resolved
         check_hardware(tree_spec, hardware_spec)

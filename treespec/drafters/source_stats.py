@@ -34,6 +34,7 @@ class SourceStats:
         self.proposed = {s: np.zeros(shape) for s in SOURCES}
         self.accepted = {s: np.zeros(shape) for s in SOURCES}
         self.model_steps, self.model_accepted = 0, 0
+        self.model_idle = 0  # steps since the model last drafted
         self._rates: dict[tuple[str, int, int], list[float]] = {}  # (source, rank, match) -> rate by depth, until `count`
 
     def _cell(self, source: str, depth: int, rank: int, match: int = 0) -> tuple[int, int, int]:
@@ -77,6 +78,9 @@ class SourceStats:
         if any("model" in s.split("+") for s in tree.sources[1:]):
             self.model_steps += 1
             self.model_accepted += sum("model" in tree.sources[n].split("+") for n in accepted[1:])
+            self.model_idle = 0
+        else:
+            self.model_idle += 1
 
 
 def node_matches(tree: DraftTree) -> tuple[int, ...]:

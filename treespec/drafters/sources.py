@@ -15,8 +15,9 @@ target's t(n), one draft level's c; flat and free without a profile):
   * the n-gram trie's expected accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
   * the model tree's, L_model: the mean of its accepted nodes per step, measured;
   * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
-    levels * c + o). A row where the first is the larger takes its n-gram tree alone; when every row does, the model
-    does not draft that step (its drafter catches up on the accepted text instead, `absorb`). In a row that takes
+    levels * c + o). A row where the first is the larger takes its n-gram tree alone (except every `probe`-th step
+    without the model, when the model drafts again and is measured anew); when every row does, the model does not
+    draft that step (its drafter catches up on the accepted text instead, `absorb`). In a row that takes
     the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
     row costs the pass at the tree's speed G / T.
 
@@ -254,7 +255,8 @@ class Hybrid:
     """The `model` policy's tree (Dynamic, or a static or adaptive one drafting the model's top-k under sampling:
     children="deterministic") and the n-gram trie (`ngram_budget` nodes, `ngram_depth` levels) merged under the
     plan of the module docstring; `costs` (a `StepPrices`, such as treespec.plan.costs.StepCosts at the batch size)
-    price its choices."""
+    price its choices. A row whose model has not drafted for `probe` steps drafts with it again, so that its measured
+    worth follows the text (as the lookahead window is probed)."""
 
     model: object
     ngram_budget: int = 12
@@ -317,7 +319,7 @@ class Hybrid:
         alone = [(1 + sum(f[1:])) / self._cost(len(f), 0) for f in found]
         both = [(1 + max(sum(f[1:]), length)) / self._cost(len(f) + model_nodes - 1, levels)
                 for f, length in zip(found, lengths)]
-        use_model = [b > a for a, b in zip(alone, both)]
+        use_model = [b > a or stats.model_idle >= self.probe for a, b, stats in zip(alone, both, drafter.stats)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
             drafter.note_trees(ngram_trees, model_ran=False)
             return ngram_trees
