@@ -94,6 +94,11 @@ def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_i
     out = treespec.generate(target, draft, prompt, tree=policies.Hybrid(policies.Dynamic(6, 4, 3), costs=free),
                             max_new_tokens=16)
     assert max(s.tree_size for s in out.steps) > 6  # the model's 6 nodes and lookup's
+    nothing = policies.Hybrid(policies.Chain(0, children="deterministic"), costs=free)  # a model tree of one node
+    out = treespec.generate(target, draft, prompt, tree=nothing, max_new_tokens=16, temperature=0.8, seed=0)
+    assert {s for step in out.steps for s in step.accepted_sources} <= {"ngram"}
+    assert out.tokens == treespec.generate(target, None, prompt, tree=policies.NGram(costs=free), max_new_tokens=16,
+                                           temperature=0.8, seed=0).tokens  # lookup alone, step for step
     stats = SourceStats()
     assert stats.rate("ngram", 1, 0) == 0.5 and stats.model_length() == 1.0
     with pytest.raises(ConfigError, match="children=deterministic"):

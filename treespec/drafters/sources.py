@@ -319,7 +319,8 @@ class Hybrid:
         alone = [(1 + sum(f[1:])) / self._cost(len(f), 0) for f in found]
         both = [(1 + max(sum(f[1:]), length)) / self._cost(len(f) + model_nodes - 1, levels)
                 for f, length in zip(found, lengths)]
-        use_model = [b > a or stats.model_idle >= self.probe for a, b, stats in zip(alone, both, drafter.stats)]
+        use_model = [model_nodes > 1 and (b > a or stats.model_idle >= self.probe)  # a one-node model tree drafts nothing
+                     for a, b, stats in zip(alone, both, drafter.stats)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
             drafter.note_trees(ngram_trees, model_ran=False)
             return ngram_trees
