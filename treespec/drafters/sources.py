@@ -9,10 +9,12 @@ model policy's tree with the n-gram trie merged into it: a candidate path follow
 agree and adds new nodes where they part (equal tokens are one node, labelled "model+ngram").
 
 How the budget is split, every step, from what was measured (`SourceStats`, kept by the drafter from every verified
-step: P(node accepted | its parent accepted) by source, depth and sibling rank) and what a step costs (`StepCosts`: the
+step: P(node accepted | its parent accepted) by source, depth, sibling rank and suffix-match length,
+treespec.drafters.source_stats) and what a step costs (`StepCosts`: the
 target's t(n), one draft level's c; flat and free without a profile):
 
-  * the n-gram trie's expected accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
+  * the n-gram trie, first cut to the nodes that pay for their rows alone (`paying_candidates`), and its expected
+    accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
   * the model tree's, L_model: the mean of its accepted nodes per step, measured;
   * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
     levels * c + o). A row where the first is the larger takes its n-gram tree alone (except every `probe`-th step
