@@ -59,6 +59,14 @@ class StepPrices(Protocol):
     def draft_cost(self, width: int) -> float: ...
 
 
+def step_cost(costs: StepPrices | None, nodes: int, levels: int = 0) -> float:
+    """A step of `nodes` target rows and `levels` draft levels of one node, relative to the 1-token pass (flat and
+    free without costs)."""
+    if costs is None:
+        return 1.0
+    return costs.target_cost(nodes) + costs.draft_cost(1) * levels + costs.overhead
+
+
 def _unforwarded(node: int) -> int:
     """The drafter id of a merged tree's node that the model's drafter never saw (its own ids are >= 0)."""
     return -100_000 - node
@@ -108,10 +116,6 @@ class NGram:
     def new_ngram_drafter(self) -> NGramDrafter:
         return NGramDrafter(self.max_ngram, self.min_ngram)
 
-    def _cost(self, nodes: int) -> float:
-        """A step of `nodes` target rows relative to the 1-token pass."""
-        return self.costs.target_cost(nodes) + self.costs.overhead
-
     def draft(self, drafter: Drafter, roots: Sequence[int], sampling: SamplingConfig,
               generators: Sequence[torch.Generator | None], eos: Collection[int],
               max_levels: Sequence[int]) -> list[DraftTree]:
@@ -119,7 +123,7 @@ class NGram:
         proposals = ngram.propose(roots, self.budget, [min(self.depth, m) for m in max_levels])
         trees = [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
         if self.costs is not None:
-            trees = [paying_candidates(t, node_probabilities(t, stats), self._cost)[0]
+            trees = [paying_candidates(t, node_probabilities(t, stats), lambda n: step_cost(self.costs, n))[0]
                      for t, stats in zip(trees, ngram.stats)]
         ngram.note_trees(trees)
         return trees
@@ -160,7 +164,7 @@ class Lookahead:
     def draft(self, drafter: LookaheadDrafter, roots: Sequence[int], sampling: SamplingConfig,
               generators: Sequence[torch.Generator | None], eos: Collection[int],
               max_levels: Sequence[int]) -> list[DraftTree]:
-        cost = None if self.costs is None else (lambda n: self.costs.target_cost(n) + self.costs.overhead)
+        cost = None if self.costs is None else (lambda n: step_cost(self.costs, n))
         proposals = drafter.propose(roots, self.budget, [min(self.depth, m) for m in max_levels], cost, self.probe)
         trees = [candidate_tree(c, eos, _mode(sampling)) for c in proposals]
         drafter.note_trees(trees)
@@ -290,13 +294,6 @@ class Hybrid:
             return LookaheadDrafter(self.window, self.ngram_size, self.pool_size, True, self.max_ngram, self.min_ngram)
         return NGramDrafter(self.max_ngram, self.min_ngram)
 
-    def _cost(self, nodes: int, levels: int) -> float:
-        """A step's cost relative to the 1-token pass: the tree's pass and the model's draft levels (flat and free
-        without costs)."""
-        if self.costs is None:
-            return 1.0
-        return self.costs.target_cost(nodes) + self.costs.draft_cost(1) * levels + self.costs.overhead
-
     def draft(self, drafter: HybridDrafter, roots: Sequence[int], sampling: SamplingConfig,
               generators: Sequence[torch.Generator | None], eos: Collection[int],
               max_levels: Sequence[int]) -> list[DraftTree]:
@@ -306,20 +303,20 @@ class Hybrid:
         mode = _mode(sampling)
         depths = [min(self.ngram_depth, m) for m in max_levels]
         if self.window:  # the lookahead window's rows priced as the candidates' share of the pass
-            cost = None if self.costs is None else (lambda n: self._cost(n, 0))
+            cost = None if self.costs is None else (lambda n: step_cost(self.costs, n))
             proposals = drafter.ngram.propose(roots, self.ngram_budget, depths, cost, self.probe)
         else:
             proposals = drafter.ngram.propose(roots, self.ngram_budget, depths)
         ngram_trees = [candidate_tree(c, eos, mode) for c in proposals]
         found = [node_probabilities(t, stats) for t, stats in zip(ngram_trees, drafter.stats)]
         if self.costs is not None and not self.window:  # the trie cut to what pays alone (the window is priced apart)
-            ngram_trees, found = map(list, zip(*[paying_candidates(t, f, lambda n: self._cost(n, 0))
+            ngram_trees, found = map(list, zip(*[paying_candidates(t, f, lambda n: step_cost(self.costs, n))
                                                  for t, f in zip(ngram_trees, found)]))
         inner = self.model.describe()
         model_nodes, levels = inner.get("budget", 1), max(0, inner.get("depth", 1) - 1)
         lengths = [stats.model_length() for stats in drafter.stats]
-        alone = [(1 + sum(f[1:])) / self._cost(len(f), 0) for f in found]
-        both = [(1 + max(sum(f[1:]), length)) / self._cost(len(f) + model_nodes - 1, levels)
+        alone = [(1 + sum(f[1:])) / step_cost(self.costs, len(f)) for f in found]
+        both = [(1 + max(sum(f[1:]), length)) / step_cost(self.costs, len(f) + model_nodes - 1, levels)
                 for f, length in zip(found, lengths)]
         use_model = [model_nodes > 1 and (b > a or stats.model_idle >= self.probe)  # a one-node model tree drafts nothing
                      for a, b, stats in zip(alone, both, drafter.stats)]
@@ -332,13 +329,14 @@ class Hybrid:
             if not use_model[row]:  # its n-gram tree alone; the model's nodes for it were drafted for the others
                 size = ngram_tree.shape.size
                 trees.append(DraftTree(ngram_tree.tokens, ngram_tree.shape, None, mode,
-                                       (0,) + tuple(_unforwarded(n) for n in range(1, size)), ngram_tree.sources))
+                                       (0,) + tuple(_unforwarded(n) for n in range(1, size)), ngram_tree.sources,
+                                       ngram_tree.matches))
                 continue
             model_tree = DraftTree(model_tree.tokens, model_tree.shape, None, mode, model_tree.drafter_ids,
                                    ("",) + ("model",) * (model_tree.shape.size - 1))
             n = model_tree.shape.size
-            speed = (1 + lengths[row]) / self._cost(n, levels)  # tokens per unit of step time, the model's tree alone
-            keep = [True] + [f[v] > speed * (self._cost(n + 1, levels) - self._cost(n, levels))
+            speed = (1 + lengths[row]) / step_cost(self.costs, n, levels)  # tokens per unit of step time, the model's tree alone
+            keep = [True] + [f[v] > speed * (step_cost(self.costs, n + 1, levels) - step_cost(self.costs, n, levels))
                              or "jacobi" in ngram_tree.sources[v].split("+") for v in range(1, len(f))]
             trees.append(merge(model_tree, ngram_tree, keep))
         drafter.note_trees(trees, model_ran=True)
