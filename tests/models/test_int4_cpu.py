@@ -84,3 +84,46 @@ def test_the_kernel_can_be_turned_off(monkeypatch):
         monkeypatch.delenv(int4_cpu.ENV)
         int4_cpu._load.cache_clear()
         int4_cpu.library.cache_clear()
+
+
+def _int6_grid(rows: int, cols: int, group: int, seed: int = 0):
+    """codes 0..63 and a scale of either sign per group, as a Q6_K tensor's sub-blocks (d * sc) hold them."""
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 64, (rows, cols), generator=generator, dtype=torch.uint8)
+    scale = torch.randn(rows, cols // group, generator=generator).half().float() * 0.01
+    return codes, scale
+
+
+def test_the_6_bit_layout_keeps_every_code_and_scale():
+    codes, scale = _int6_grid(48, 64, 16)
+    packed, scale_k = int4_cpu.to_int6_layout(codes, scale)
+    assert packed.shape == (3, 32, 16, 2) and packed.dtype == torch.uint8
+    b, p, c, e = 2, 7, 11, 1  # column 16 b + c, input 2 p + e
+    assert int(packed[b, p, c, e]) == int(codes[16 * b + c, 2 * p + e])
+    back = int4_cpu.from_int6_layout(packed, scale_k)
+    assert torch.equal(back[0], codes) and torch.equal(back[1], scale)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        int4_cpu.to_int6_layout(codes[:40], scale[:40])
+    with pytest.raises(ValueError, match="group"):
+        int4_cpu.to_int6_layout(codes, scale[:, :1])  # groups of 16 and 32 only
+
+
+@needs_kernel
+@pytest.mark.parametrize("group", [16, 32])
+def test_the_6_bit_kernel_multiplies_by_the_grid_and_rows_stay_independent(group):
+    codes, scale = _int6_grid(80, 192, group, seed=4)
+    weight = (codes.double() - 32) * scale.double().repeat_interleave(group, 1)
+    layout = int4_cpu.to_int6_layout(codes, scale)
+    x = torch.randn(19, 192, generator=torch.Generator().manual_seed(5))
+    out = int4_cpu.int6_matmul(x, *layout)
+    expected = x.to(torch.bfloat16).double() @ weight.T
+    assert out.shape == (19, 80) and (out.double() - expected).abs().max() < 1e-5 * expected.abs().max()
+    assert torch.equal(int4_cpu.int6_matmul(x.to(torch.bfloat16), *layout), out)
+    for rows in (1, 3, 8, 9, 16):
+        assert torch.equal(int4_cpu.int6_matmul(x[:rows], *layout), out[:rows])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(int4_cpu.int6_matmul(x, *layout), out)
+    finally:
+        torch.set_num_threads(threads)

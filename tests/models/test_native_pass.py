@@ -160,3 +160,27 @@ def test_a_4bit_eagle_heads_layer_runs_in_c_as_its_modules_compute_it():
     expected = treespec.autoregressive(target, prompt, max_new_tokens=16).tokens
     got = treespec.generate(target, head, prompt, tree=policies.Dynamic(6, 4, 3), max_new_tokens=16).tokens
     assert got == expected
+
+
+def test_q6_k_layers_run_in_c_beside_4_bit_ones_bit_for_bit():
+    """A Q4_K_M GGUF's target (the Qwen2.5-Coder 1.5B): v_proj and down_proj of some layers and the LM head in Q6_K,
+    held in 6 bits (quantize.Int6Linear); q | k | v is then two products side by side."""
+    from test_quantize import six_bit
+
+    from treespec.models.quantize import Int6Linear
+
+    model = four_bit("qwen2", layers=3, quantized=False)
+    with torch.no_grad():
+        for layer in model.model.layers[::2]:
+            for linear in (layer.self_attn.v_proj, layer.mlp.down_proj):
+                linear.weight.copy_(six_bit(linear.weight))
+    quantize_target_weights(model, "int4")
+    decoder = lean_decoder(model)
+    assert isinstance(model.model.layers[0].self_attn.v_proj, Int6Linear)
+    assert [len(layer.qkv.parts) for layer in decoder.layers] == [2, 1, 2]
+    assert decoder.native is not None, decoder.native_unsupported
+    prefix, tokens, positions, mask = _tree_inputs(2, 29, 7, seed=3)
+    with torch.inference_mode():
+        native, _ = _pass(model, True, tokens, positions, mask, prefix)
+        loop, _ = _pass(model, False, tokens, positions, mask, prefix)
+    assert torch.equal(native, loop)

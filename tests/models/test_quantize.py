@@ -18,8 +18,12 @@ from treespec.eval import certify
 from treespec.models.quantize import (
     GROUP,
     Int4Linear,
+    Int6Linear,
     dequantize_int4,
+    exact_int4_grid,
     int4_available,
+    int4_grid,
+    int6_grid,
     on_int4_grid,
     quantize_draft_weights,
     quantize_int4,
@@ -198,6 +202,58 @@ def test_only_weights_on_a_4_bit_grid_are_held_in_4_bits():
     with pytest.raises(ConfigError, match="no linear layer of the target lies on a 4-bit grid"):
         quantize_target_weights(tiny_model("llama", seed=0), "int4")
     assert quantize_target_weights(target, None) is target
+
+
+def six_bit(weight: torch.Tensor, group: int = 16) -> torch.Tensor:
+    """weight [O, I] moved onto a 6-bit grid as a Q6_K tensor's: integers -32..31 times a scale per `group` inputs,
+    of either sign, an fp16 value times an integer (d * sc)."""
+    grouped = weight.detach().float().reshape(weight.shape[0], -1, group)
+    peak = grouped.abs().amax(-1, keepdim=True).clamp_min(1e-6)
+    signs = torch.where(torch.arange(grouped.shape[1]) % 3 == 0, -1.0, 1.0)[None, :, None]
+    scale = (peak / 32).half().float() * signs
+    return (torch.clamp(torch.round(grouped / scale), -32, 31) * scale).reshape(weight.shape)
+
+
+def q4_k_like(weight: torch.Tensor) -> torch.Tensor:
+    """weight [O, I] on a 4-bit grid of 32-weight groups where many groups span fewer than 16 codes (a Q4_K's
+    sub-blocks: codes 0..15, a scale and a minimum each, the extreme codes not always used)."""
+    grouped = weight.detach().float().reshape(weight.shape[0], -1, 32)
+    codes = torch.round((grouped - grouped.amin(-1, keepdim=True)) / (grouped.amax(-1, keepdim=True)
+                                                                      - grouped.amin(-1, keepdim=True)) * 15)
+    codes = torch.where(torch.arange(grouped.shape[1])[None, :, None] % 2 == 0, (codes // 2), codes)  # 0..7 only
+    return (codes * 0.01 - 0.03).reshape(weight.shape)
+
+
+def test_q4_k_and_q6_k_grids_are_found_exactly_and_held_in_4_and_6_bits():
+    torch.manual_seed(0)
+    partial = q4_k_like(torch.randn(32, 128))
+    codes, scale, minimum = exact_int4_grid(partial)
+    assert torch.allclose(codes.float() * scale.repeat_interleave(32, 1) + minimum.repeat_interleave(32, 1), partial,
+                          atol=1e-7)
+    assert int4_grid(partial)[0].float().sub(codes.float()).abs().max() > 0  # min/max rounding would move weights
+    assert exact_int4_grid(torch.randn(32, 128)) is None and exact_int4_grid(six_bit(torch.randn(32, 128))) is None
+    for group in (16, 32):
+        weight = six_bit(torch.randn(48, 96), group)
+        codes, scale = int6_grid(weight, group)
+        assert torch.equal((codes.float() - 32) * scale.repeat_interleave(group, 1), weight)
+    assert int6_grid(six_bit(torch.randn(48, 96), 16), 32) is None and int6_grid(torch.randn(48, 96), 16) is None
+    target = snapped(tiny_model("qwen2", seed=0))
+    with torch.no_grad():
+        layer = target.model.layers[0]
+        layer.self_attn.v_proj.weight.copy_(six_bit(layer.self_attn.v_proj.weight))
+        layer.mlp.down_proj.weight.copy_(six_bit(layer.mlp.down_proj.weight))
+        layer.mlp.gate_proj.weight.copy_(q4_k_like(layer.mlp.gate_proj.weight))
+        expected = {name: module.weight.detach().clone() for name, module in target.named_modules()
+                    if isinstance(module, torch.nn.Linear)}
+    quantize_target_weights(target, "int4")
+    assert isinstance(layer.self_attn.v_proj, Int6Linear) and isinstance(layer.mlp.down_proj, Int6Linear)
+    assert isinstance(layer.mlp.gate_proj, Int4Linear) and isinstance(layer.self_attn.q_proj, Int4Linear)
+    assert torch.equal(layer.mlp.down_proj.weight_fp32(), expected["model.layers.0.mlp.down_proj"])
+    torch.testing.assert_close(layer.mlp.gate_proj.weight_fp32(), expected["model.layers.0.mlp.gate_proj"],
+                               atol=1e-7, rtol=0)
+    for prompt in PROMPTS[:2]:  # greedy parity with its own transformers decoding, through every pass kind
+        assert treespec.generate(target, target, prompt, tree=policies.Dynamic(6, 3, 2),
+                                 max_new_tokens=12).tokens == reference(target, prompt, 12)
 
 
 def test_a_4_bit_target_is_its_snapped_model_up_to_rounding_and_decodes_as_itself():

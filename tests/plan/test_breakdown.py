@@ -9,8 +9,9 @@ from treespec.plan.breakdown import CATEGORIES, REST, category, pass_breakdown
 
 
 def test_operators_fall_into_their_categories():
-    assert category("aten::_weight_int4pack_mm_for_cpu") == "4-bit products"
-    assert category("treespec_int4_matmul") == "4-bit products"  # treespec's kernel, a named profiler range
+    assert category("aten::_weight_int4pack_mm_for_cpu") == "quantized products"
+    assert category("treespec_int4_matmul") == "quantized products"  # treespec's kernel, a named profiler range
+    assert category("treespec_int6_matmul") == "quantized products"
     assert category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert category("mkldnn::_linear_pointwise") == "dense products" and category("aten::addmm") == "dense products"
     assert category("aten::mul") == REST
@@ -21,7 +22,7 @@ def test_a_dense_pass_adds_up_and_its_head_is_counted_apart():
     breakdown = pass_breakdown(model, 4, prefix_len=16, repeats=3, warmup=1)
     assert set(breakdown.ms) == set(CATEGORIES) and breakdown.tokens == 4 and breakdown.prefix_len == 16
     assert sum(breakdown.ms.values()) == pytest.approx(breakdown.wall_ms)
-    assert breakdown.ms["4-bit products"] == 0 and breakdown.ms["dense products"] > 0
+    assert breakdown.ms["quantized products"] == 0 and breakdown.ms["dense products"] > 0
     assert breakdown.ms["LM head"] > 0 and breakdown.ms["attention"] > 0
     assert sum(breakdown.shares().values()) == pytest.approx(1.0)
     assert breakdown.operators > 10 and "4-token pass" in breakdown.line()
@@ -36,7 +37,7 @@ def test_a_4_bit_target_spends_its_products_in_the_4_bit_kernel():
                 module.weight.copy_(dequantize_int4(*quantize_int4(module.weight)))
     model = quantize_target_weights(model, "int4")
     breakdown = pass_breakdown(model, 1, prefix_len=16, repeats=3, warmup=1)
-    assert breakdown.ms["4-bit products"] > 0
+    assert breakdown.ms["quantized products"] > 0
 
 
 def test_a_model_off_the_lean_decoder_is_refused():

@@ -16,7 +16,7 @@ import torch
 from treespec.errors import ConfigError
 from treespec.models.layouts import OneDNNLinear, onednn_linear, onednn_weight
 from treespec.models.lean import tensor_version
-from treespec.models.quantize import Int4Linear, Int8Linear
+from treespec.models.quantize import Int4Linear, Int6Linear, Int8Linear
 
 
 def token_counts(sequences: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
@@ -50,12 +50,12 @@ def _subset_head_parts(head: torch.nn.Module, vocab: torch.Tensor) -> tuple:
     its weight storage and version (in-place changes) stay the same: building them (packing 4-bit codes,
     reordering for oneDNN) took ~0.5 s for a 32768-row subset of Qwen2.5 0.5B's head, on every `generate` call."""
     storage = head.packed if isinstance(head, Int4Linear) else head.high.packed if isinstance(head, Int8Linear) else \
-        head.weight
+        head.kernel_codes if isinstance(head, Int6Linear) else head.weight
     key = (type(head), storage.data_ptr(), tensor_version(storage), storage.dtype, tuple(storage.stride()))
     cached = _SUBSET_HEADS.get(head)
     if cached is not None and cached[0] == key and torch.equal(cached[1], vocab):
         return cached[2]
-    if isinstance(head, (Int4Linear, Int8Linear)):
+    if isinstance(head, (Int4Linear, Int8Linear, Int6Linear)):
         parts = (head.rows(vocab), None, None, None)  # the same 4-bit codes
     else:
         with torch.no_grad():

@@ -33,15 +33,15 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from treespec.models.quantize import Int4Linear
+from treespec.models.quantize import Int4Linear, Int6Linear
 
 NAME = "treespec_sdpa"
 
 
 def exact_attention(module: torch.nn.Module) -> bool:
-    """Whether an attention module's output feeds a product that rounds its input to bf16 (a 4-bit `o_proj`):
+    """Whether an attention module's output feeds a product that rounds its input to bf16 (a 4- or 6-bit `o_proj`):
     then its attention must be exact (the module docstring)."""
-    return isinstance(getattr(module, "o_proj", None), Int4Linear)
+    return isinstance(getattr(module, "o_proj", None), (Int4Linear, Int6Linear))
 
 
 def in_float64(tensor: torch.Tensor | None) -> torch.Tensor | None:

@@ -4,7 +4,8 @@
  * treespec.models.native_pass. It computes what the model's modules compute in treespec's exact arithmetic
  * (treespec.models.exact): each RMSNorm's statistics, the attention and the SiLU in float64, rounded once to fp32;
  * the rotary embedding, the residual additions and the elementwise products in fp32, operation by operation, as
- * torch does them (no fused multiply-adds: -ffp-contract=off); the products by treespec_int4_matmul. So the pass
+ * torch does them (no fused multiply-adds: -ffp-contract=off); the products by treespec_int4_matmul and
+ * treespec_int6_matmul. So the pass
  * returns what the modules return (up to a float64 result lying within ~1e-16 of an fp32 rounding midpoint), and
  * every query row's results depend on its own inputs and the keys it may see, never on the other rows: attention
  * visits a row's visible keys in slot order and skips the others.
@@ -22,13 +23,22 @@
 #include <string.h>
 
 int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
-                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int threads);
+                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int64_t ldc, int threads);
+int treespec_int6_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale, float *out,
+                         int64_t m, int64_t k, int64_t n, int64_t group, int64_t ldc, int threads);
 
 typedef struct {
-    const uint8_t *codes;  /* int4_kernel.c's layout */
-    const float *scale, *minimum;
+    int64_t bits;  /* 4: int4_kernel.c's codes, scales and minimums; 6: int6_kernel.c's codes and scales */
+    const uint8_t *codes;
+    const float *scale, *minimum;  /* minimum: 4 bits only */
     const float *bias;  /* [out] or NULL */
-    int64_t in, out, padded;  /* padded: the columns the kernel writes (out rounded up to 16) */
+    int64_t in, out, padded, group;  /* padded: the columns the kernel writes (out rounded up to 16); group: 6 bits */
+} Part;
+
+#define MAX_PARTS 3
+typedef struct {  /* one product whose output columns are its parts' side by side (q | k | v from two kernels) */
+    Part parts[MAX_PARTS];
+    int64_t count, padded;  /* padded: the parts' padded columns together */
 } Product;
 
 typedef struct {
@@ -77,12 +87,21 @@ static void rms_norm(const float *x, const float *weight, double eps, float *out
     }
 }
 
-/* out [m, p->padded] = x [m, p->in] @ W.T (+ bias on the first p->out columns) */
-static int product(const Product *p, const float *x, int64_t m, float *out, int threads) {
-    if (treespec_int4_matmul(x, 0, p->codes, p->scale, p->minimum, out, m, p->in, p->padded, threads)) return -1;
-    if (p->bias != NULL)
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < p->out; c++) out[r * p->padded + c] += p->bias[c];
+/* out [m, product->padded] = x [m, in] @ W.T, each part's columns after the previous part's (+ its bias on its
+ * first out columns) */
+static int product(const Product *product, const float *x, int64_t m, float *out, int threads) {
+    const int64_t ldc = product->padded;
+    for (int64_t i = 0, column = 0; i < product->count; column += product->parts[i].padded, i++) {
+        const Part *p = &product->parts[i];
+        float *at = out + column;
+        const int failed = p->bits == 6
+            ? treespec_int6_matmul(x, 0, p->codes, p->scale, at, m, p->in, p->padded, p->group, ldc, threads)
+            : treespec_int4_matmul(x, 0, p->codes, p->scale, p->minimum, at, m, p->in, p->padded, ldc, threads);
+        if (failed) return -1;
+        if (p->bias != NULL)
+            for (int64_t r = 0; r < m; r++)
+                for (int64_t c = 0; c < p->out; c++) at[r * ldc + c] += p->bias[c];
+    }
     return 0;
 }
 

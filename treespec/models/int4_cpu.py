@@ -1,4 +1,5 @@
-"""treespec's own CPU kernel for 4-bit weights (`int4_kernel.c`), built for the machine it runs on.
+"""treespec's own CPU kernels for 4-bit and 6-bit weights (`int4_kernel.c`, `int6_kernel.c`), built for the machine
+it runs on, with the decoder pass that calls them (`decoder_kernel.c`, treespec.models.native_pass).
 
 torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) converts each weight to fp32 and multiplies in fp32, so its
 cost grows with every input row: on an AMD EPYC (2 cores, avx512_bf16, 2026-12-04) the 120 products of one
@@ -17,6 +18,11 @@ use torch's kernel (`kernel_unavailable` says why).
 Layout (`to_kernel_layout`): codes uint8 [O / 16, I / 32, 16, 16] (two codes per byte, see the C source), scale
 and minimum [O / 16, I / 32, 16] as the bits of fp32 values in int32 tensors (so that `Module.to(dtype)` leaves
 them as they are); w = code * scale + minimum, codes 0..15.
+
+The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 tensors exactly: a byte per weight
+(codes 0..63, w = (code - 32) * scale) and an fp32 scale per 16 or 32 inputs, the codes turned into bf16 by a
+64-entry table, the same row-independent sums. It lets a Q4_K_M target (the Qwen2.5-Coder 1.5B: Q6_K v_proj and
+down_proj in half its layers and its LM head) run every product on treespec's kernels, the whole pass in C.
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ import torch
 
 from treespec.models.host import cache_root, cpu_flags
 
-SOURCES = (Path(__file__).with_name("int4_kernel.c"), Path(__file__).with_name("decoder_kernel.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c"))
 KERNEL_NAME = "treespec_int4_matmul"
+INT6_KERNEL_NAME = "treespec_int6_matmul"
+INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
 NEEDED_FLAGS = ("avx512_bf16", "avx512bw", "avx512f")
 BLOCK = 16  # output columns per block of the layout
@@ -95,8 +103,17 @@ def _load() -> tuple[ctypes._CFuncPtr | None, str | None]:
         return None, why
     function = getattr(loaded, KERNEL_NAME)
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_int]
     return function, None
+
+
+@functools.cache
+def _load_int6() -> ctypes._CFuncPtr:
+    """The 6-bit product function (`int6_kernel.c`); call only where `kernel_unavailable()` is None."""
+    function = getattr(library()[0], INT6_KERNEL_NAME)
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_int]
+    return function
 
 
 def kernel_unavailable() -> str | None:
@@ -173,7 +190,7 @@ def int4_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, minim
     out_features = codes.shape[0] * BLOCK
     out = torch.empty(rows, out_features)
     arguments = (x.data_ptr(), dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(),
-                 out.data_ptr(), rows, cols, out_features, torch.get_num_threads())
+                 out.data_ptr(), rows, cols, out_features, out_features, torch.get_num_threads())
     if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
         with torch.profiler.record_function(KERNEL_NAME):
             status = function(*arguments)
@@ -181,4 +198,49 @@ def int4_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, minim
         status = function(*arguments)
     if status:
         raise MemoryError("treespec's 4-bit kernel could not allocate its scratch buffers")
+    return out
+
+
+def to_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes [O, I] uint8 (0..63: w = scale * (code - 32)), scale [O, I / G] (G in INT6_GROUPS) -> the 6-bit kernel's
+    (codes [O / 16, I / 2, 16, 2] uint8, scale [O / 16, I / G, 16]: fp32 bits as int32); O a multiple of 16."""
+    rows, cols = codes.shape
+    group = cols // scale.shape[1]
+    if rows % BLOCK or group not in INT6_GROUPS or cols != group * scale.shape[1] or scale.shape[0] != rows:
+        raise ValueError(f"the 6-bit kernel needs codes [O, I] with O a multiple of {BLOCK} and a scale per group of "
+                         f"{' or '.join(map(str, INT6_GROUPS))} inputs; got {rows} x {cols} with scale {tuple(scale.shape)}")
+    arranged = codes.reshape(rows // BLOCK, BLOCK, cols // 2, 2).transpose(1, 2).contiguous()
+    per_block = scale.float().reshape(rows // BLOCK, BLOCK, -1).transpose(1, 2).contiguous().view(torch.int32)
+    return arranged, per_block
+
+
+def from_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of `to_int6_layout`: (codes [O, I] uint8, scale [O, I / G] fp32)."""
+    blocks, pairs = codes.shape[:2]
+    return (codes.transpose(1, 2).reshape(blocks * BLOCK, pairs * 2).contiguous(),
+            scale.view(torch.float32).transpose(1, 2).reshape(blocks * BLOCK, -1))
+
+
+def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, I] (fp32 or bf16; rounded to bf16 first) times the weight [O, I] in `to_int6_layout`'s form -> [M, O]
+    fp32."""
+    if kernel_unavailable() is not None:
+        raise RuntimeError(f"treespec's 6-bit kernel is unavailable: {kernel_unavailable()}")
+    if x.dtype is not torch.float32 and x.dtype is not torch.bfloat16:
+        x = x.float()
+    x = x.contiguous()
+    rows, cols = x.shape
+    if cols != codes.shape[1] * 2 or not x.is_cpu:
+        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 2} inputs")
+    out_features, group = codes.shape[0] * BLOCK, cols // scale.shape[1]
+    out = torch.empty(rows, out_features)
+    arguments = (x.data_ptr(), x.dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows,
+                 cols, out_features, group, out_features, torch.get_num_threads())
+    if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
+        with torch.profiler.record_function(INT6_KERNEL_NAME):
+            status = _load_int6()(*arguments)
+    else:
+        status = _load_int6()(*arguments)
+    if status:
+        raise MemoryError("treespec's 6-bit kernel could not allocate its scratch buffers")
     return out

@@ -38,7 +38,7 @@ static inline __m512i decode(const uint8_t *bytes) {
  * slower (AMD EPYC, 2026-12-04). */
 static inline __attribute__((always_inline)) void tile(
         const int rows, const uint16_t *x, const float *group_sums, const uint8_t *codes, const float *scale,
-        const float *minimum, float *out, const int64_t k, const int64_t n, const int64_t b, const int64_t r0,
+        const float *minimum, float *out, const int64_t k, const int64_t ldc, const int64_t b, const int64_t r0,
         const __m512i table) {
     const int64_t groups = k / 32;
     __m512 total[ROW_TILE];
@@ -61,26 +61,35 @@ static inline __attribute__((always_inline)) void tile(
             total[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(group_sums[(r0 + r) * groups + g]), total[r]);
         }
     }
-    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * n + 16 * b, total[r]);
+    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * ldc + 16 * b, total[r]);
 }
 
-#define TILE(rows) tile(rows, x, group_sums, codes, scale, minimum, out, k, n, b, r0, table)
+#define TILE(rows) tile(rows, x, group_sums, codes, scale, minimum, out, k, ldc, b, r0, table)
 
-/* x: [m, k] fp32 (x_is_bf16 = 0, rounded to bf16 here, to nearest even) or bf16 bits (1); out: fp32 [m, n] (n a
- * multiple of 16, k of 32); threads: OpenMP threads over column blocks. Returns 0, or -1 when out of memory. */
+/* x [m, k] as bf16 bits: x_in itself when x_is_bf16, else x_in's fp32 values rounded to bf16 (to nearest even) into
+ * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. */
+uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted) {
+    *converted = NULL;
+    if (x_is_bf16) return (uint16_t *)x_in;
+    uint16_t *rows = (uint16_t *)malloc((size_t)(m * k) * sizeof(uint16_t));
+    if (rows == NULL) return NULL;
+    const float *source = (const float *)x_in;
+    for (int64_t i = 0; i < m * k; i += 16)
+        _mm256_storeu_si256((__m256i *)(rows + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(source + i)));
+    *converted = rows;
+    return rows;
+}
+
+/* x: [m, k] fp32 (x_is_bf16 = 0, rounded to bf16 here, to nearest even) or bf16 bits (1); out: fp32, row r's n
+ * outputs at out + r * ldc (n a multiple of 16, k of 32); threads: OpenMP threads over column blocks. Returns 0, or
+ * -1 when out of memory. */
 int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
-                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int threads) {
+                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int64_t ldc,
+                         int threads) {
     const int64_t groups = k / 32;
     uint16_t *converted = NULL;
-    const uint16_t *x = (const uint16_t *)x_in;
-    if (!x_is_bf16) {
-        converted = (uint16_t *)malloc((size_t)(m * k) * sizeof(uint16_t));
-        if (converted == NULL) return -1;
-        const float *source = (const float *)x_in;
-        for (int64_t i = 0; i < m * k; i += 16)  /* k is a multiple of 32 */
-            _mm256_storeu_si256((__m256i *)(converted + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(source + i)));
-        x = converted;
-    }
+    const uint16_t *x = treespec_bf16_rows(x_in, x_is_bf16, m, k, &converted);
+    if (x == NULL) return -1;
     float *group_sums = (float *)malloc((size_t)(m * groups) * sizeof(float));
     if (group_sums == NULL) {
         free(converted);

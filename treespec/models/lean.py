@@ -32,7 +32,7 @@ import torch
 from treespec.models.attention import exact_attention, group_mask, grouped_query_attention, in_float64
 from treespec.models.exact import ExactRMSNorm, exact_rms_norm
 from treespec.models.native_pass import NativePass, native_unsupported
-from treespec.models.quantize import Int4Linear, concat_int4
+from treespec.models.quantize import Int4Linear, Int6Linear, concat_int4
 
 MODEL_TYPES = ("llama", "qwen2")
 ATTENTIONS = ("sdpa", "treespec_sdpa")  # implementations whose arithmetic grouped_query_attention is
@@ -103,13 +103,26 @@ def lean_unsupported(model: torch.nn.Module) -> str | None:
     return None
 
 
-def _joined(layers: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """One function x -> cat([layer(x) for layer in layers], -1): a single 4-bit product where the layers allow."""
-    if all(isinstance(layer, Int4Linear) for layer in layers):
-        fused = concat_int4(layers)
-        if fused is not None:
-            return fused
-    return lambda x: torch.cat([layer(x) for layer in layers], -1)
+class Joined:
+    """x -> cat([layer(x) for layer in layers], -1) as few products: each run of neighbouring 4-bit layers that
+    `concat_int4` can join is one (q/k/v, gate/up); `parts` are the products, in output order."""
+
+    def __init__(self, layers: Sequence[torch.nn.Module]):
+        self.parts: list[torch.nn.Module] = []
+        runs: list[list[torch.nn.Module]] = []
+        for layer in layers:
+            if runs and isinstance(layer, Int4Linear) and isinstance(runs[-1][-1], Int4Linear):
+                runs[-1].append(layer)
+            else:
+                runs.append([layer])
+        for run in runs:
+            fused = concat_int4(run) if len(run) > 1 else None
+            self.parts += [fused] if fused is not None else run
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self.parts) == 1:
+            return self.parts[0](x)
+        return torch.cat([part(x) for part in self.parts], -1)
 
 
 @dataclass(frozen=True)
@@ -118,9 +131,9 @@ class _Layer:
     input_eps: float
     attention_norm: torch.Tensor  # [H]
     attention_eps: float
-    qkv: Callable[[torch.Tensor], torch.Tensor]  # [M, H] -> [M, (heads + 2 kv_heads) * d]
+    qkv: Joined  # [M, H] -> [M, (heads + 2 kv_heads) * d]
     out: torch.nn.Module  # o_proj
-    gate_up: Callable[[torch.Tensor], torch.Tensor]  # [M, H] -> [M, 2 I]
+    gate_up: Joined  # [M, H] -> [M, 2 I]
     down: torch.nn.Module
     act: Callable[[torch.Tensor], torch.Tensor]
     scale: float
@@ -172,8 +185,8 @@ class LeanDecoder:
         self.layers = [
             _Layer(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
                    layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
-                   _joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
-                   layer.self_attn.o_proj, _joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
+                   Joined([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                   layer.self_attn.o_proj, Joined([layer.mlp.gate_proj, layer.mlp.up_proj]), layer.mlp.down_proj,
                    layer.mlp.act_fn, layer.self_attn.scaling, exact_attention(layer.self_attn),
                    _norm_of(layer.input_layernorm, layer.post_attention_layernorm))
             for layer in parts.layers
@@ -249,6 +262,8 @@ def _sources(model: torch.nn.Module) -> tuple[list, list]:
             if isinstance(module, Int4Linear):
                 objects += [t for t in (module.packed, module.scale_zero, module.bias, module.kernel_codes,
                                         module.kernel_scale, module.kernel_minimum) if t is not None]
+            elif isinstance(module, Int6Linear):
+                objects += module.product_tensors()
     versions = [tensor_version(o) for o in objects if isinstance(o, torch.Tensor)]
     return objects, versions
 

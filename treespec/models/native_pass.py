@@ -1,4 +1,4 @@
-"""A 4-bit decoder's whole pass in one C call (`decoder_kernel.c`): the lean pass without Python between operators.
+"""A 4/6-bit decoder's whole pass in one C call (`decoder_kernel.c`): the lean pass without Python between operators.
 
 A lean pass (treespec.models.lean) of the default 135M target runs some 2,400 torch operators; at one to sixteen
 query rows most of its time is their dispatch and the float64 copies exact attention makes, not the products.
@@ -10,8 +10,9 @@ Its results are the lean pass's and transformers' modules' (tests/models/test_na
 row's depend only on its own inputs and the keys it may see.
 
 `native_unsupported(lean)` says why a model cannot run this way: it needs treespec's kernels (treespec.models.int4_cpu:
-x86-64 with AVX-512 BF16 and a C compiler), every projection a 4-bit layer on treespec's kernel (q/k/v and gate/up
-joinable), exact norms and SiLU, fp32 activations, head sizes a multiple of 64. The KV cache is held in fp32
+x86-64 with AVX-512 BF16 and a C compiler), every projection held in 4 bits (`Int4Linear`) or 6 bits (`Int6Linear`, a
+GGUF's Q6_K and Q5_0 tensors) on treespec's kernels (q/k/v and gate/up as at most three products side by side),
+exact norms and SiLU, fp32 activations, head sizes a multiple of 64. The KV cache is held in fp32
 (the keys and values are fp32 values; the C pass widens them as it reads). `TREESPEC_NATIVE_PASS=0` turns it off.
 """
 
@@ -28,16 +29,23 @@ import torch
 
 from treespec.models import int4_cpu
 from treespec.models.exact import ExactSiLU, exact_rms_norm
-from treespec.models.quantize import Int4Linear
+from treespec.models.quantize import Int4Linear, Int6Linear
 
 ENV = "TREESPEC_NATIVE_PASS"  # "0": run 4-bit models' passes through the lean torch loop instead
 FUNCTION = "treespec_decoder_pass"
 
 
+MAX_PARTS = 3  # products per joined projection (q | k | v where v is held in 6 bits and q, k in 4)
+
+
+class _Part(ctypes.Structure):
+    _fields_ = [("bits", ctypes.c_int64), ("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p),
+                ("minimum", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("inputs", ctypes.c_int64),
+                ("outputs", ctypes.c_int64), ("padded", ctypes.c_int64), ("group", ctypes.c_int64)]
+
+
 class _Product(ctypes.Structure):
-    _fields_ = [("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("minimum", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("inputs", ctypes.c_int64), ("outputs", ctypes.c_int64),
-                ("padded", ctypes.c_int64)]
+    _fields_ = [("parts", _Part * MAX_PARTS), ("count", ctypes.c_int64), ("padded", ctypes.c_int64)]
 
 
 class _Layer(ctypes.Structure):
@@ -74,8 +82,14 @@ def pass_identity() -> str:
     return f"c:{digest[:12]}"
 
 
-def _treespec_int4(layer) -> bool:
-    return isinstance(layer, Int4Linear) and layer.kernel == "treespec"
+def _on_kernel(layer) -> bool:
+    """Whether a product runs on treespec's 4-bit or 6-bit kernel."""
+    return isinstance(layer, Int6Linear) or (isinstance(layer, Int4Linear) and layer.kernel == "treespec")
+
+
+def _parts(projection) -> list:
+    """The products of a projection: a joined one's (treespec.models.lean.Joined), or the layer itself."""
+    return list(getattr(projection, "parts", [projection]))
 
 
 def _fp32(tensor: torch.Tensor) -> bool:
@@ -94,23 +108,35 @@ def native_unsupported(lean) -> str | None:
     if lean.final_norm is not None and (not _fp32(lean.final_norm) or lean.final_norm_function is not exact_rms_norm):
         return "a final norm that is not an exact fp32 RMSNorm"
     for layer in lean.layers:
-        if not all(_treespec_int4(p) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
-            return "a projection that is not a joined 4-bit layer on treespec's kernel"
+        for projection in (layer.qkv, layer.out, layer.gate_up, layer.down):
+            parts = _parts(projection)
+            if not all(_on_kernel(p) for p in parts):
+                return "a projection that is not held in 4 or 6 bits on treespec's kernels"
+            if len(parts) > MAX_PARTS or any(p.out_features % int4_cpu.BLOCK for p in parts[:-1]):
+                return f"a projection of more than {MAX_PARTS} products, or of parts not a multiple of 16 wide"
         if not (layer.exact and layer.norm is exact_rms_norm and isinstance(layer.act, ExactSiLU)):
             return "norms, attention or activation outside exact arithmetic (treespec.models.exact)"
         if not (_fp32(layer.input_norm) and _fp32(layer.attention_norm)):
             return "norm weights that are not fp32"
-        if any(p.bias is not None and not _fp32(p.bias) for p in (layer.qkv, layer.out, layer.gate_up, layer.down)):
+        if any(p.bias is not None and not _fp32(p.bias)
+               for projection in (layer.qkv, layer.out, layer.gate_up, layer.down) for p in _parts(projection)):
             return "a bias that is not fp32"
         if layer.scale != lean.layers[0].scale:
             return "attention scales that differ between layers"
     return None
 
 
-def _product(layer: Int4Linear) -> _Product:
-    return _Product(layer.kernel_codes.data_ptr(), layer.kernel_scale.data_ptr(), layer.kernel_minimum.data_ptr(),
-                    0 if layer.bias is None else layer.bias.data_ptr(), layer.in_features, layer.out_features,
-                    layer.kernel_codes.shape[0] * int4_cpu.BLOCK)
+def _part(layer: Int4Linear | Int6Linear) -> _Part:
+    six = isinstance(layer, Int6Linear)
+    return _Part(6 if six else 4, layer.kernel_codes.data_ptr(), layer.kernel_scale.data_ptr(),
+                 None if six else layer.kernel_minimum.data_ptr(), None if layer.bias is None else layer.bias.data_ptr(),
+                 layer.in_features, layer.out_features, layer.kernel_codes.shape[0] * int4_cpu.BLOCK,
+                 layer.group if six else int4_cpu.GROUP)
+
+
+def _product(projection) -> _Product:
+    parts = [_part(p) for p in _parts(projection)]
+    return _Product((_Part * MAX_PARTS)(*parts), len(parts), sum(p.padded for p in parts))
 
 
 class NativePass:

@@ -16,7 +16,8 @@ CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the 
 
 A target's weights cannot be rounded: its outputs are what treespec keeps. But a target loaded from a 4-bit GGUF
 (the default target is a Q4_1 GGUF, dequantized when loaded) already lies on such a grid: `quantize_target_weights`
-holds exactly those layers as 4-bit codes (a quarter of bf16's bytes per pass) and leaves the others as they are.
+holds exactly those layers as 4-bit codes (a quarter of bf16's bytes per pass), Q8_0 tensors as two 4-bit planes
+(`Int8Linear`) and Q6_K / Q5_0 tensors as 6-bit codes (`Int6Linear`), and leaves the others as they are.
 """
 
 from __future__ import annotations
@@ -306,23 +307,162 @@ class Int8Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 as two 4-bit planes"
 
 
+INT6_ZERO = 32  # a 6-bit code c stands for c - INT6_ZERO times its group's scale
+
+
+def int6_grid(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(codes [O, I] uint8 in 0..63, scale [O, I / group] fp32) with weight == (codes - 32) * scale exactly (a Q6_K
+    GGUF tensor as loaded: 16-weight sub-blocks of integers -32..31 times d * sc, sc of either sign; a Q5_0 one:
+    32-weight blocks of -16..15 times d), or None when the weight [O, I] is not on such a grid. Each group's scale is
+    its largest magnitude over the largest integer (32 down to 1), of either sign, that gives every weight back
+    exactly. A weight whose first rows are on no such grid is rejected from them alone."""
+    rows, cols = weight.shape
+    if cols % group:
+        return None
+    grouped = weight.detach().float().reshape(-1, group)  # [O I / group, group]
+    probe = 8 * (cols // group)  # the first 8 rows' groups
+    if grouped.shape[0] > probe and _int6_fit(grouped[:probe]) is None:
+        return None
+    fit = _int6_fit(grouped)
+    return None if fit is None else (fit[0].reshape(rows, cols), fit[1].reshape(rows, cols // group))
+
+
+def _int6_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`int6_grid` for groups [G, group]: (codes [G, group] uint8, scale [G]) or None."""
+    peak = grouped.abs().amax(-1)
+    scale = torch.zeros_like(peak)
+    codes = torch.full(grouped.shape, INT6_ZERO, dtype=torch.uint8)
+    open_groups = torch.nonzero(peak > 0)[:, 0]
+    for largest in range(32, 0, -1):
+        for sign in (1.0, -1.0):
+            if not open_groups.numel():
+                return codes, scale
+            values, trial = grouped[open_groups], sign * peak[open_groups] / largest
+            steps = values / trial[:, None]
+            fits = ((steps == steps.round()) & (steps >= -32) & (steps <= 31)
+                    & (steps * trial[:, None] == values)).all(-1)
+            found = open_groups[fits]
+            scale[found] = trial[fits]
+            codes[found] = (steps[fits] + INT6_ZERO).to(torch.uint8)
+            open_groups = open_groups[~fits]
+    return None if open_groups.numel() else (codes, scale)
+
+
+class Int6Linear(torch.nn.Module):
+    """A linear layer whose weight is a 6-bit grid, w = (code - 32) * scale with codes 0..63 and a scale per group of
+    16 or 32 inputs (`int6_grid`: a GGUF's Q6_K and Q5_0 tensors, exactly), on treespec's 6-bit kernel
+    (`int4_cpu.int6_matmul`): a byte per weight and an fp32 scale per group, 10 or 9 bits a weight against fp32's 32.
+    The input is rounded to bf16 as in every 4-bit product. Output rows are padded to a multiple of 16 (zero
+    weights) and cut off after the multiplication."""
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_features: int):
+        super().__init__()
+        self.out_features = out_features
+        self.in_features = codes.shape[1] * 2
+        self.group = self.in_features // scale.shape[1]
+        self.register_buffer("kernel_codes", codes)  # [O' / 16, I / 2, 16, 2] uint8 (int4_cpu.to_int6_layout)
+        self.register_buffer("kernel_scale", scale)  # [O' / 16, I / group, 16]: fp32 bits as int32
+        self.register_buffer("bias", bias)  # [O] or None
+
+    @classmethod
+    def from_grid(cls, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> Int6Linear:
+        """The layer of weight (codes - 32) * scale: codes [O, I] uint8 in 0..63, scale [O, I / group] fp32."""
+        out_features = codes.shape[0]
+        pad = -out_features % ROW_BLOCK
+        if pad:
+            codes = torch.cat([codes, codes.new_full((pad, codes.shape[1]), INT6_ZERO)])
+            scale = torch.cat([scale, scale.new_zeros(pad, scale.shape[1])])
+        bias = None if bias is None else bias.detach().clone()
+        return cls(*int4_cpu.to_int6_layout(codes, scale), bias, out_features)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> Int6Linear | None:
+        """The layer on treespec's kernel, or None where the weight is on no 6-bit grid (groups of 32 tried first:
+        fewer scales) or the kernel cannot run here."""
+        if int4_cpu.kernel_unavailable() is not None or linear.weight.device.type != "cpu":
+            return None
+        for group in sorted(int4_cpu.INT6_GROUPS, reverse=True):
+            grid = int6_grid(linear.weight, group)
+            if grid is not None:
+                return cls.from_grid(*grid, linear.bias)
+        return None
+
+    @property
+    def kernel(self) -> str:
+        return "treespec"
+
+    def product_tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.kernel_codes, self.kernel_scale, self.bias) if t is not None]
+
+    def grid(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes [O, I] uint8, scale [O, I / group] fp32), the padded rows cut off."""
+        codes, scale = int4_cpu.from_int6_layout(self.kernel_codes, self.kernel_scale)
+        return codes[: self.out_features], scale[: self.out_features]
+
+    def rows(self, index: torch.Tensor) -> Int6Linear:
+        """The layer restricted to output rows `index` [S] (the same codes: a vocabulary-subset head)."""
+        codes, scale = self.grid()
+        index = torch.as_tensor(index, dtype=torch.long)
+        bias = None if self.bias is None else self.bias[index]
+        return Int6Linear.from_grid(codes[index].contiguous(), scale[index].contiguous(), bias)
+
+    def weight_fp32(self) -> torch.Tensor:
+        """The weight [O, I] in fp32 that the layer multiplies by."""
+        codes, scale = self.grid()
+        return (codes.float() - INT6_ZERO) * scale.repeat_interleave(self.group, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., I] -> [..., O] in x's dtype."""
+        out = int4_cpu.int6_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale)  # [N, O'] fp32
+        return _shaped_like(out, x, self.bias, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int6, "
+                "kernel=treespec")
+
+
 def int4_available(device: torch.device | str = "cpu") -> bool:
     """Whether 4-bit weights can run on `device`: a CPU with torch's int4 kernel."""
     return torch.device(device).type == "cpu" and hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 
 
-def on_int4_grid(weight: torch.Tensor, group: int = GROUP) -> bool:
-    """Whether weight [O, I] already lies on a 4-bit grid of `group` consecutive input weights with a scale and a
-    minimum each (w = code * scale + min, codes 0..15 with 0 and 15 used, as a Q4_1 GGUF's min/max blocks are):
-    then `quantize_int4` gives its values back up to float rounding, and 4-bit codes hold it exactly."""
+def exact_int4_grid(weight: torch.Tensor, group: int = GROUP
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(codes [O, I] uint8 in 0..15, scale and minimum [O, I / group] fp32) with weight == codes * scale + minimum up
+    to float rounding (1e-5 of each group's span), or None when weight [O, I] lies on no such grid. A Q4_1 GGUF's
+    blocks use codes 0 and 15 (min/max rounding); a Q4_K's 32-weight sub-blocks (scale d * sc, minimum -dmin * m)
+    often span fewer codes (a fifth of the Qwen2.5-Coder 1.5B's), so each group's scale is its span over the largest
+    step count (15 down to 1) that gives every weight back, its minimum its smallest weight."""
     rows, cols = weight.shape
     if cols % group:
-        return False
-    codes, scale_zero = quantize_int4(weight, group)
-    grouped = weight.detach().float().reshape(rows, cols // group, group)
-    span = (grouped.amax(-1) - grouped.amin(-1)).clamp_min(1e-30)  # [O, I / group]
-    error = (dequantize_int4(codes, scale_zero) - weight.float()).abs().reshape(rows, cols // group, group).amax(-1)
-    return bool((error <= 1e-5 * span).all())
+        return None
+    grouped = weight.detach().float().reshape(-1, group)  # [O I / group, group]
+    low, span = grouped.amin(-1), grouped.amax(-1) - grouped.amin(-1)
+    scale = torch.full_like(span, 1e-12)
+    codes = torch.zeros(grouped.shape, dtype=torch.uint8)
+    open_groups = torch.nonzero(span > 0)[:, 0]
+    for steps in range(15, 0, -1):
+        if not open_groups.numel():
+            break
+        trial = span[open_groups] / steps
+        offsets = grouped[open_groups] - low[open_groups, None]
+        rounded = torch.round(offsets / trial[:, None])
+        fits = ((rounded * trial[:, None] - offsets).abs().amax(-1) <= 1e-5 * span[open_groups])
+        found = open_groups[fits]
+        scale[found] = trial[fits]
+        codes[found] = rounded[fits].to(torch.uint8)
+        open_groups = open_groups[~fits]
+        if steps == 15 and fits.numel() > 64 and not fits[:64].any():  # not one group of 64 on a 4-bit grid
+            return None
+    if open_groups.numel():
+        return None
+    return codes.reshape(rows, cols), scale.reshape(rows, -1), low.reshape(rows, -1)
+
+
+def on_int4_grid(weight: torch.Tensor, group: int = GROUP) -> bool:
+    """Whether weight [O, I] lies on a 4-bit grid of `group` consecutive input weights with a scale and a minimum
+    each (`exact_int4_grid`: a Q4_0 / Q4_1 / Q4_K GGUF's tensors as loaded): then 4-bit codes hold it exactly."""
+    return exact_int4_grid(weight, group) is not None
 
 
 def holds_int4_grid(model: torch.nn.Module, probe: int = 4) -> bool:
@@ -335,8 +475,8 @@ def holds_int4_grid(model: torch.nn.Module, probe: int = 4) -> bool:
 
 
 def weight_scheme(model: torch.nn.Module) -> str | None:
-    """"int4" when some linear layer of `model` is held as 4-bit codes, else None."""
-    return "int4" if any(isinstance(m, Int4Linear) for m in model.modules()) else None
+    """"int4" when some linear layer of `model` is held as 4-bit (or 6-bit) codes, else None."""
+    return "int4" if any(isinstance(m, (Int4Linear, Int6Linear)) for m in model.modules()) else None
 
 
 def _check(scheme: str | None, model: torch.nn.Module, role: str) -> bool:
@@ -376,18 +516,23 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
 
 
 def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
-    """Hold the linear layers of a target whose weights lie on a 4-bit grid (`on_int4_grid`: a Q4_0 / Q4_1 / Q4_K
+    """Hold the linear layers of a target whose weights lie on a 4-bit grid (`exact_int4_grid`: a Q4_0 / Q4_1 / Q4_K
     GGUF's quantized tensors, dequantized when loaded) as 4-bit codes, in place; where treespec's kernel runs, those
     on an 8-bit grid (`int8_grid`: a Q8_0 tensor, such as the default target's embedding-tied LM head) as
-    `Int8Linear`; every other layer (a Q6_K tensor) stays as it is. The model is then the same
+    `Int8Linear`, and those on a 6-bit grid (`int6_grid`: a Q6_K or Q5_0 tensor) as `Int6Linear`; every other layer
+    stays as it is. The model is then the same
     function of its inputs up to float rounding (the products run on bf16 inputs: this quantized target is the model
     whose outputs treespec keeps), computed in treespec's exact arithmetic (`treespec.models.exact`). None: as is.
     ConfigError when no layer lies on such a grid (4-bit codes would round the weights of another model)."""
     if _check(scheme, model, "target"):
-        if not _replace(model, lambda child: Int4Linear.from_linear(child, group) if on_int4_grid(child.weight, group)
-                        else None):
+        def held(child: torch.nn.Linear) -> Int4Linear | None:
+            grid = exact_int4_grid(child.weight, group)
+            return None if grid is None else Int4Linear.from_grid(*grid, child.bias, group)
+
+        if not _replace(model, held):
             raise ConfigError("no linear layer of the target lies on a 4-bit grid: int4 target weights hold a model "
                               "quantized to 4 bits (a Q4 GGUF) as it is, and would round another one's")
         _replace(model, lambda child: Int8Linear.from_linear(child, group))
+        _replace(model, Int6Linear.from_linear)
         make_exact(model)
     return model

@@ -33,15 +33,15 @@ from treespec.plan.costs import _prefilled_cache
 
 LM_HEAD = "treespec.lm_head"
 _UNDO = "treespec.undo"  # the cache rollback between passes: profiled, not part of a pass
-KERNELS = ("4-bit products", "dense products", "attention", "LM head")
+KERNELS = ("quantized products", "dense products", "attention", "LM head")
 REST = "small operators and Python"
 CATEGORIES = (*KERNELS, REST)
 
 
 def category(name: str) -> str:
     """The category of a profiled operator outside the LM head (REST for every small one)."""
-    if "int4pack" in name or "int8pack" in name or name == int4_cpu.KERNEL_NAME:
-        return "4-bit products"
+    if "int4pack" in name or "int8pack" in name or name in (int4_cpu.KERNEL_NAME, int4_cpu.INT6_KERNEL_NAME):
+        return "quantized products"
     if "scaled_dot_product" in name or "flash_attention" in name:
         return "attention"
     if name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul") or \
@@ -120,7 +120,7 @@ def pass_breakdown(model: PreTrainedModel, tokens: int = 1, *, prefix_len: int =
         if kind in kernels:
             kernels[kind] += event.self_cpu_time_total / 1e3 / repeats  # us -> ms per pass
     if seconds is not None:  # the C pass (treespec.models.native_pass) times its own products and attention
-        kernels["4-bit products"] += 1e3 * seconds[0] / repeats
+        kernels["quantized products"] += 1e3 * seconds[0] / repeats
         kernels["attention"] += 1e3 * seconds[1] / repeats
     measured = sum(kernels.values())
     if measured > wall_ms:  # a noisy profiled run: the kernels cannot have taken longer than the pass
