@@ -116,14 +116,14 @@ def test_it_is_off_where_asked_and_for_models_outside_exact_arithmetic(monkeypat
 
 
 def test_a_4bit_eagle_heads_layer_runs_in_c_as_its_modules_compute_it():
-    """precision.INT4_HEAD: an EAGLE head rounded to 4 bits drafts through the C pass (a stack of layers without
+    """precision.INT4_DRAFT: an EAGLE head rounded to 4 bits drafts through the C pass (a stack of layers without
     embeddings or a final norm), with the torch loop's values bit for bit and its modules' up to float64 rounding;
     it proposes, the target decides: greedy outputs stay the target's."""
     import treespec
     from treespec import policies
     from treespec.drafters import EagleDrafter
     from treespec.models.eagle_head import init_eagle_from_target
-    from treespec.models.precision import INT4_HEAD, configure, precision_name
+    from treespec.models.precision import INT4_DRAFT, configure, precision_name
 
     target = four_bit(layers=2, quantized=False)
     torch.manual_seed(3)
@@ -132,8 +132,8 @@ def test_a_4bit_eagle_heads_layer_runs_in_c_as_its_modules_compute_it():
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    configure(head, INT4_HEAD, "standard")
-    assert precision_name(head) == INT4_HEAD
+    configure(head, INT4_DRAFT, "standard")
+    assert precision_name(head) == INT4_DRAFT
     prompt = [5, 9, 13, 2, 7, 40, 41]
     with torch.inference_mode():
         features = torch.randn(1, len(prompt), 2 * 256)

@@ -29,6 +29,8 @@ from treespec.models.quantize import (
     quantize_int4,
     quantize_target_weights,
 )
+from treespec.models import native_pass
+from treespec.models.precision import INT4_DRAFT
 from treespec.plan import hardware
 
 pytestmark = pytest.mark.skipif(not int4_available(), reason="this torch build has no CPU int4 kernel")
@@ -162,6 +164,30 @@ def test_auto_profile_times_a_4_bit_draft_in_one_layout(monkeypatch, tmp_path):
     assert [c["layout"] for c in resolved.candidates if c["role"] == "draft"] == ["standard"]
     assert {c["layout"] for c in resolved.candidates if c["role"] == "target"} >= {"standard", "transposed"}
     assert isinstance(draft.lm_head, Int4Linear)
+
+
+@pytest.mark.skipif(native_pass.pass_identity() == "torch", reason="treespec's C pass cannot run here")
+def test_auto_profile_times_a_causal_draft_in_4_bits_where_the_c_pass_runs_it(monkeypatch, tmp_path):
+    """The 4-bit form of a causal-LM draft (INT4_DRAFT) is a candidate like an EAGLE head's, kept where its levels
+    are cheapest, and named so; drafts whose head size the C pass does not take are not timed that way."""
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(hardware, "crossover", lambda standard, other: None)
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)
+    cpu = torch.device("cpu")
+    assert INT4_DRAFT not in hardware.draft_precisions(tiny_model("llama", seed=1), ["float32"], cpu)  # head size 8
+    draft = tiny_model("llama", seed=1, layers=1, hidden=256)  # 4 heads of 64
+    assert hardware.draft_precisions(draft, ["float32"], cpu) == ["float32", INT4_DRAFT]
+
+    def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        four_bit = any(isinstance(m, Int4Linear) for m in draft.modules())
+        return hardware.LatencyProfile({1: {1: 10.0, 2: 12.0}}, {1: {w: 1.0 if four_bit else 3.0 for w in draft_widths}})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    monkeypatch.setattr(hardware, "measure_overheads", lambda *args, **kwargs: (0.0, 0.0))
+    _, chosen, resolved = hardware.auto_profile(tiny_model("llama", seed=0), draft, sizes=(1, 2), repeats=1,
+                                                warmup=0, prefix_len=8)
+    assert resolved.draft_dtype == INT4_DRAFT and isinstance(chosen.model.layers[0].mlp.up_proj, Int4Linear)
 
 
 def test_only_the_head_keeps_its_codes():

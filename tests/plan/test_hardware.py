@@ -128,7 +128,7 @@ def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_d
     dtype was asked for; the cheaper one is kept and comes back from the cache in the same precision."""
     if layout == "onednn" and not layouts.onednn_bf16_available():
         pytest.skip("oneDNN without a bf16 path on this CPU (an AVX2-only one: the bf16 variant is skipped there)")
-    cheap_head = {"float32": 2.0, precision.BF16_HEAD: 1.0, precision.INT4_HEAD: 0.9}  # int4 counts 1.25x: 1.125
+    cheap_head = {"float32": 2.0, precision.BF16_HEAD: 1.0, precision.INT4_DRAFT: 0.9}  # int4 counts 1.25x: 1.125
 
     def measure(target, draft, *, sizes, draft_widths, **kwargs):
         return LatencyProfile({1: {n: 10.0 + n for n in sizes}},
@@ -138,10 +138,10 @@ def test_an_eagle_heads_output_layer_is_timed_in_bf16_where_bf16_is_fast(cache_d
     monkeypatch.setattr(hardware, "fast_bf16", lambda device: False)
     target, loaded = eagle_pair()
     _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
-    assert {c["dtype"] for c in resolved.candidates if c["role"] == "draft"} <= {"float32", precision.INT4_HEAD}
+    assert {c["dtype"] for c in resolved.candidates if c["role"] == "draft"} <= {"float32", precision.INT4_DRAFT}
     monkeypatch.setattr(hardware, "fast_bf16", lambda device: True)
     _, head, resolved = auto_profile(target, copy.deepcopy(loaded), layout=layout, **FAST)
-    c_pass = [precision.INT4_HEAD] if native_pass.pass_identity() != "torch" else []  # where treespec's kernels build
+    c_pass = [precision.INT4_DRAFT] if native_pass.pass_identity() != "torch" else []  # where treespec's kernels build
     assert [c["dtype"] for c in resolved.candidates if c["role"] == "draft"] == ["float32", precision.BF16_HEAD, *c_pass]
     assert resolved.draft_dtype == precision.BF16_HEAD == resolved.profile.settings["draft_dtype"]
     assert head.lm_head.weight.dtype == torch.bfloat16 and head.fc.weight.dtype == torch.float32
@@ -185,7 +185,7 @@ def test_with_draft_precision_measures_a_draft_as_hardware_auto_may_run_it():
 
 @pytest.mark.skipif(native_pass.pass_identity() == "torch", reason="treespec's C kernels do not build here")
 def test_a_4bit_head_is_kept_only_where_its_levels_pay_for_its_rounding(cache_dir, monkeypatch):
-    """INT4_HEAD counts ROUNDED_HEAD_COST times its measured levels: kept when it is cheaper by more than that, then
+    """INT4_DRAFT counts ROUNDED_HEAD_COST times its measured levels: kept when it is cheaper by more than that, then
     back from the cache as a 4-bit head; else the best unrounded precision is kept. Converting it back is refused."""
     costs = {"float32": 2.0, precision.BF16_HEAD: 3.0}
 
@@ -195,13 +195,13 @@ def test_a_4bit_head_is_kept_only_where_its_levels_pay_for_its_rounding(cache_di
 
     monkeypatch.setattr(hardware, "measure_latency", measure)
     target, loaded = eagle_pair()
-    for int4_ms, kept in ((1.7, "float32"), (1.5, precision.INT4_HEAD)):  # 1.7 x 1.25 > 2.0 > 1.5 x 1.25
-        costs[precision.INT4_HEAD] = int4_ms
+    for int4_ms, kept in ((1.7, "float32"), (1.5, precision.INT4_DRAFT)):  # 1.7 x 1.25 > 2.0 > 1.5 x 1.25
+        costs[precision.INT4_DRAFT] = int4_ms
         _, head, resolved = auto_profile(target, copy.deepcopy(loaded), remeasure=True, **FAST)
         assert resolved.draft_dtype == kept == precision.precision_name(head)
     _, head, cached = auto_profile(target, copy.deepcopy(loaded), **FAST)
-    assert cached.origin.startswith("cached from") and precision.precision_name(head) == precision.INT4_HEAD
-    assert precision.body_dtype(precision.INT4_HEAD) == "float32"
+    assert cached.origin.startswith("cached from") and precision.precision_name(head) == precision.INT4_DRAFT
+    assert precision.body_dtype(precision.INT4_DRAFT) == "float32"
     with pytest.raises(ConfigError, match="4-bit"):
         precision.configure(head, "float32", "standard")
 

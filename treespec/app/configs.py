@@ -361,7 +361,7 @@ def with_draft_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
 
     if isinstance(pair.draft, EagleDraftModel):
         raise ConfigError("model.draft_weights is for a causal-LM draft; an EAGLE head's 4-bit form is a precision "
-                          "hardware=auto measures and chooses (treespec.models.precision.INT4_HEAD)")
+                          "hardware=auto measures and chooses (treespec.models.precision.INT4_DRAFT)")
     return replace(pair, draft=quantize_draft_weights(pair.draft, scheme))
 
 

@@ -10,9 +10,9 @@ layout, when their padded copies fit in half the memory available; and, where to
 once for oneDNN's kernel (`layouts.OneDNNLinear`), for both models and in every dtype, when that copy fits in half
 the memory available. An EAGLE head in fp32 is also timed with its output layer alone in bf16 (`BF16_HEAD`:
 its largest matrix at half the bytes; drafts only propose, so this changes no output's distribution) wherever
-bf16 is fast, whichever dtype was asked for, and, where treespec's C kernels build, with every linear layer rounded
-to 4-bit codes (`INT4_HEAD`: its decoder layer then runs as one C call; it proposes a little worse, so its levels
-count `ROUNDED_HEAD_COST` times their time). The draft keeps the configuration whose draft levels are cheapest;
+bf16 is fast, whichever dtype was asked for; any draft (a head or a causal LM), where treespec's C kernels build,
+with every linear layer rounded to 4-bit codes (`INT4_DRAFT`: its decoder layers then run as one C call; it proposes
+a little worse, so its levels count `ROUNDED_HEAD_COST` times their time). The draft keeps the configuration whose draft levels are cheapest;
 the target the one with the best planned tokens per second (or the fastest 1-token pass when there is no acceptance
 to plan with). The winner's profile, with
 the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
@@ -70,12 +70,12 @@ from treespec.models.layouts import (
     set_linear_layout,
 )
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
-from treespec.models.precision import BF16_HEAD, INT4_HEAD, configure, precision_name, with_precision
+from treespec.models.precision import BF16_HEAD, INT4_DRAFT, configure, draft_precision_name, precision_name, with_precision
 from treespec.models.quantize import AUTO_WEIGHTS, holds_int4_grid, int4_available, quantize_target_weights, weight_scheme
 from treespec.plan.costs import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
 from treespec.plan.planner import plan_tree
 
-ROUNDED_HEAD_COST = 1.25  # an EAGLE head rounded to 4 bits (INT4_HEAD) proposes a little worse: its levels must be
+ROUNDED_HEAD_COST = 1.25  # a draft rounded to 4 bits (INT4_DRAFT) proposes a little worse: its levels must be
 # this much cheaper to be kept (the default head: 2.29 against 2.39 tokens per pass, 6 MT-Bench prompts, dynamic 6/4/3,
 # greedy, AMD EPYC 2 cores avx512_bf16, 2026-12-05; its levels 0.76 against 2.1 ms)
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
@@ -235,7 +235,7 @@ def _variants(model: torch.nn.Module, dtypes: Sequence[str], layouts: Sequence[s
             base = model
         else:  # a packed copy cannot be deep-copied or converted: copy the plain weights
             base = with_precision(copy.deepcopy(set_linear_layout(model, "standard")), dtype)
-        for layout in layouts[:1] if dtype == INT4_HEAD else layouts:  # 4-bit codes have no layouts
+        for layout in layouts[:1] if dtype == INT4_DRAFT else layouts:  # 4-bit codes have no layouts
             try:
                 set_linear_layout(base, layout, max_extra_bytes=_memory_budget() if layout == ONEDNN else None)
             except ConfigError as error:
@@ -380,7 +380,7 @@ def auto_profile(
     # a draft whose linear layers are all 4-bit (treespec.models.quantize) has no weights for a layout to store
     quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
     draft_layouts = ["standard"] if quantized else layouts
-    draft_configurations = sum(1 if d == INT4_HEAD else len(draft_layouts) for d in draft_dtypes)
+    draft_configurations = sum(1 if d == INT4_DRAFT else len(draft_layouts) for d in draft_dtypes)
     total = configurations + draft_configurations + extras + len(int4_layouts) + 2
     done = 0
 
@@ -399,7 +399,7 @@ def auto_profile(
     if draft is not None:  # the draft's cheapest configuration, timed with the target as loaded
         for d_dtype, d_layout, variant in _variants(draft, draft_dtypes, draft_layouts, skipped("draft")):
             measured = measure_latency(target, variant, sizes=(1,), draft_widths=DRAFT_WIDTHS, **common)
-            score = sum(measured.draft_ms[1].values()) * (ROUNDED_HEAD_COST if d_dtype == INT4_HEAD else 1.0)
+            score = sum(measured.draft_ms[1].values()) * (ROUNDED_HEAD_COST if d_dtype == INT4_DRAFT else 1.0)
             candidates.append({"role": "draft", "dtype": d_dtype, "layout": d_layout, "draft_width_ms": {
                 w: round(v, 3) for w, v in measured.draft_ms[1].items()}})
             if draft_choice is None or score < draft_choice[0]:
@@ -508,20 +508,29 @@ def _int4_layouts(target: torch.nn.Module, target_weights: str | None, dtypes: S
 
 
 def draft_precisions(draft: torch.nn.Module, dtypes: Sequence[str], device: torch.device) -> list[str]:
-    """The precisions a draft is timed in: `dtypes`, and for an EAGLE head with fp32 among them `BF16_HEAD`
-    where bf16 is fast (`fast_bf16`) and `INT4_HEAD` where its layer runs as one C call (treespec's kernels build
-    here: `native_pass.pass_identity`)."""
-    head = isinstance(draft, EagleDraftModel) and "float32" in dtypes
-    extra = [BF16_HEAD] if head and fast_bf16(device) else []
-    if head and device.type == "cpu" and native_pass.pass_identity() != "torch":
-        extra.append(INT4_HEAD)
+    """The precisions a draft is timed in: `dtypes`, for an EAGLE head with fp32 among them `BF16_HEAD` where bf16
+    is fast (`fast_bf16`), and for an EAGLE head or a causal LM whose head size the C pass takes, with fp32 among
+    them, `INT4_DRAFT` where its layers run as one C call (treespec's kernels build here:
+    `native_pass.pass_identity`) and it is not held in 4 bits already (model.draft_weights=int4)."""
+    head, fp32 = isinstance(draft, EagleDraftModel), "float32" in dtypes
+    extra = [BF16_HEAD] if fp32 and head and fast_bf16(device) else []
+    if fp32 and device.type == "cpu" and native_pass.pass_identity() != "torch" and (head or _c_pass_shape(draft)) \
+            and weight_scheme(draft) is None:
+        extra.append(INT4_DRAFT)
     return list(dtypes) + extra
+
+
+def _c_pass_shape(model: torch.nn.Module) -> bool:
+    """Whether a causal LM's attention has the shape the C pass runs (head size a multiple of 64)."""
+    config = model.config.get_text_config()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return head_dim % 64 == 0
 
 
 def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], target, draft,
               candidates: Sequence[dict[str, Any]], name: str = "auto") -> ResolvedHardware:
     return ResolvedHardware(profile, name, origin, describe_device(identity), dtype_name(target), linear_layout(target),
-                            precision_name(draft) if draft is not None else None,
+                            draft_precision_name(draft) if draft is not None else None,
                             linear_layout(draft) if draft is not None else None, tuple(candidates),
                             weight_scheme(target))
 
