@@ -214,7 +214,7 @@ class Decoder:
         self.want_features = bool(getattr(drafter, "wants_target_hidden", False))
         self.layers = tuple(getattr(drafter, "target_layers", ()))  # a fused EAGLE head's target layers
         self.want_argmax = bool(getattr(drafter, "wants_target_argmax", False))
-        self.lean = lean_decoder(target)  # tree passes in fewer steps (the prefill stays transformers' causal pass)
+        self.lean = lean_decoder(target)  # tree passes in fewer steps
 
         self.start = self.clock()
         self.cache = new_cache(target, max_length)
@@ -232,8 +232,10 @@ class Decoder:
         self.seconds = [0.0] * rows
 
     def _prefill(self) -> torch.Tensor | None:
-        """Every prompt minus its last token through the target (right padded; rows of one length go through
-        transformers' own causal pass, as `generate` runs it); the drafter's features [B, W, F] if it reads them."""
+        """Every prompt minus its last token through the target (right padded), as one C call where the target's
+        passes run in C (treespec.models.native_pass: the modules' values), else through transformers' modules (rows
+        of one length: its own causal pass, as `generate` runs it); the drafter's features [B, W, F] if it reads
+        them."""
         width = max(self.lengths)
         if width == 0:
             return None
@@ -241,6 +243,11 @@ class Decoder:
         ids = torch.zeros(rows, width, dtype=torch.long)
         for b, prompt in enumerate(self.prompts):
             ids[b, : self.lengths[b]] = torch.as_tensor(prompt[:-1])
+        if self.lean is not None and self.lean.native is not None:
+            mask = causal_mask(torch.as_tensor(self.lengths), width, self.dtype).to(self.device)
+            hidden, states = self.lean(ids.to(self.device), torch.arange(width, device=self.device)[None].expand(rows, -1),
+                                       mask, self.cache, keep=self.layers)
+            return TargetFeatures(self.target, hidden, states, self.layers).all() if self.want_features else None
         inputs = dict(input_ids=ids.to(self.device), cache=self.cache, use_cache=True,
                       output_hidden_states=bool(self.layers))
         if min(self.lengths) < width:

@@ -452,19 +452,20 @@ def auto_profile(
                     packed = measure_target(t_dtype, layout_name(PACKED, 1), variant)
                     measure_switched(t_dtype, PACKED, packed, variant)
             plain = {}
+    held = None
     if int4_layouts:  # a copy whose 4-bit-grid layers are 4-bit codes; its other layers (the LM head) take the layout
-        held = quantize_target_weights(copy.deepcopy(set_linear_layout(target, "standard")), "int4")
+        held = quantize_target_weights(_sharing_copy(set_linear_layout(target, "standard")), "int4")
         for t_dtype, t_layout, variant in _variants(held, ["float32"], int4_layouts, skipped("target int4")):
             measure_target(t_dtype, t_layout, variant, weights="int4")
-        del held
     # the best planned ms per token, except that a two-copy layout within TWO_COPY_TIE of it is preferred: it runs
     # the standard kernels where those were faster, so its small passes tie with standard's within timing noise,
     # and it serves larger passes (batches of trees) faster, for the memory of its second copies
     lowest = min(score for score, *_ in scored)
     two_copy_ties = [s for s in scored if parse_layout(s[2])[0] in (HYBRID, PACKED) and s[0] <= TWO_COPY_TIE * lowest]
     _, t_dtype, t_layout, profile, t_weights = min(two_copy_ties or scored, key=lambda s: s[0])
-    if t_weights:
-        target = quantize_target_weights(target, t_weights)
+    if t_weights:  # the copy measured (quantizing a 1.5B target's grids again took over a minute)
+        target = held
+    held = None
     target = configure(target, t_dtype, t_layout)
     # where the search stopped early, the profile trees are planned with gets all `repeats` rounds: on an AMD EPYC
     # (2 cores, avx512_bf16; 2026-12-02) a t(n) left flat by a few noisy rounds planned a Sequoia tree of budget 16
@@ -490,6 +491,14 @@ def auto_profile(
                         "candidates": candidates})
     return target, draft, _resolved(profile, f"measured now ({seconds:.1f} s; cached in {path})", identity, target,
                                     draft, candidates)
+
+
+def _sharing_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model`'s modules that shares its parameters and buffers: replacing the copy's layers (4-bit codes
+    for the linear ones) leaves the model as it is without a second copy of its weights (a 1.5B fp32 target's 6 GB
+    twice did not fit in 24 GB beside its draft's candidates)."""
+    memo = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo)
 
 
 def _int4_layouts(target: torch.nn.Module, target_weights: str | None, dtypes: Sequence[str],
