@@ -184,3 +184,30 @@ def test_q6_k_layers_run_in_c_beside_4_bit_ones_bit_for_bit():
         native, _ = _pass(model, True, tokens, positions, mask, prefix)
         loop, _ = _pass(model, False, tokens, positions, mask, prefix)
     assert torch.equal(native, loop)
+
+
+def test_the_targets_prefill_runs_in_c_and_decodes_as_transformers_does():
+    """Decoder._prefill: where the target's passes run in C the prompt goes through one C call too, batches of
+    unequal prompts (right padding) included, and greedy outputs stay transformers' own; the cache it leaves is the
+    one transformers' causal pass leaves."""
+    from conftest import reference
+
+    import treespec
+    from treespec import policies
+
+    model = four_bit("qwen2", layers=2)
+    draft = four_bit("qwen2", layers=1, seed=1)
+    assert lean_decoder(model).native is not None
+    prompts = [[3, 14, 15, 92, 65, 35], [8, 9], [27, 18, 28, 18, 28, 45, 90, 45, 23]]
+    with torch.inference_mode():
+        expected = [reference(model, p, 10) for p in prompts]
+        assert [treespec.generate(model, draft, p, tree=policies.Dynamic(5, 3, 2), max_new_tokens=10).tokens
+                for p in prompts] == expected
+        rows = treespec.generate_batch(model, draft, prompts, tree=policies.Chain(2), max_new_tokens=10)
+        assert [r.tokens for r in rows] == expected
+        ids = torch.tensor([prompts[2]])
+        via_modules, via_c = new_cache(model, 32), new_cache(model, 32)
+        model.model(input_ids=ids, cache=via_modules, use_cache=True)
+        causal = torch.triu(torch.full((9, 9), torch.finfo(torch.float32).min), diagonal=1)[None, None]
+        lean_decoder(model)(ids, torch.arange(9)[None], causal, via_c)
+    assert torch.equal(via_modules.layers[1].keys[..., :9, :], via_c.layers[1].keys[..., :9, :])
