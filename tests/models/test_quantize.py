@@ -15,6 +15,8 @@ from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import CausalLMDrafter
 from treespec.errors import ConfigError
 from treespec.eval import certify
+from treespec.models import native_pass
+from treespec.models.precision import INT4_DRAFT
 from treespec.models.quantize import (
     GROUP,
     Int4Linear,
@@ -29,8 +31,6 @@ from treespec.models.quantize import (
     quantize_int4,
     quantize_target_weights,
 )
-from treespec.models import native_pass
-from treespec.models.precision import INT4_DRAFT
 from treespec.plan import hardware
 
 pytestmark = pytest.mark.skipif(not int4_available(), reason="this torch build has no CPU int4 kernel")
