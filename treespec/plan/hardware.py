@@ -14,7 +14,8 @@ bf16 is fast, whichever dtype was asked for; any draft (a head or a causal LM), 
 with every linear layer rounded to 4-bit codes (`INT4_DRAFT`: its decoder layers then run as one C call; it proposes
 a little worse, so its levels count `ROUNDED_HEAD_COST` times their time). The draft keeps the configuration whose
 draft levels are cheapest; the target the one with the best planned tokens per second (or the fastest 1-token pass
-when there is no acceptance to plan with). The winner's profile, with the engine's per-step overheads, is cached as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
+when there is no acceptance to plan with). The winner's profile, with the engine's per-step overheads, is cached
+as YAML under `$TREESPEC_CACHE/profiles/` (or `$TREESPEC_PROFILES`), keyed by the
 device's identity (CPU model and the ISA flags that matter, or the GPU's name), torch's version, the
 thread count, fingerprints of both models' weights, their attention implementations, and the dtype and layout
 asked for. A later run with the same key reuses it; any change, `remeasure=True`, or a cache file that cannot be
