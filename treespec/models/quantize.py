@@ -337,7 +337,9 @@ def _int6_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None
         for sign in (1.0, -1.0):
             if not open_groups.numel():
                 return codes, scale
-            values, trial = grouped[open_groups], sign * peak[open_groups] / largest
+            whole = open_groups.numel() == grouped.shape[0]  # no copy of the groups while every one is open
+            values, trial = (grouped, sign * peak / largest) if whole else (grouped[open_groups],
+                                                                            sign * peak[open_groups] / largest)
             steps = values / trial[:, None]
             fits = ((steps == steps.round()) & (steps >= -32) & (steps <= 31)
                     & (steps * trial[:, None] == values)).all(-1)
@@ -437,26 +439,34 @@ def exact_int4_grid(weight: torch.Tensor, group: int = GROUP
     if cols % group:
         return None
     grouped = weight.detach().float().reshape(-1, group)  # [O I / group, group]
-    low, span = grouped.amin(-1), grouped.amax(-1) - grouped.amin(-1)
-    scale = torch.full_like(span, 1e-12)
-    codes = torch.zeros(grouped.shape, dtype=torch.uint8)
-    open_groups = torch.nonzero(span > 0)[:, 0]
-    for steps in range(15, 0, -1):
+    probe = 8 * (cols // group)  # the first 8 rows' groups: most weights off every 4-bit grid are refused from them
+    if grouped.shape[0] > probe and _int4_fit(grouped[:probe]) is None:
+        return None
+    fit = _int4_fit(grouped)
+    return None if fit is None else tuple(t.reshape(rows, -1) for t in fit)
+
+
+def _int4_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`exact_int4_grid` for groups [G, group]: (codes [G, group] uint8, scale [G], minimum [G]) or None."""
+    low = grouped.amin(-1)
+    span = grouped.amax(-1) - low
+    offsets = grouped - low[:, None]
+    scale = torch.where(span > 0, span / 15, torch.full_like(span, 1e-12))
+    rounded = torch.round(offsets / scale[:, None])  # every group at 15 steps first (a Q4_1 block's)
+    fits = (rounded * scale[:, None] - offsets).abs().amax(-1) <= 1e-5 * span
+    codes = rounded.to(torch.uint8)
+    open_groups = torch.nonzero(~fits)[:, 0]
+    for steps in range(14, 0, -1):
         if not open_groups.numel():
             break
         trial = span[open_groups] / steps
-        offsets = grouped[open_groups] - low[open_groups, None]
-        rounded = torch.round(offsets / trial[:, None])
-        fits = ((rounded * trial[:, None] - offsets).abs().amax(-1) <= 1e-5 * span[open_groups])
+        rounded = torch.round(offsets[open_groups] / trial[:, None])
+        fits = (rounded * trial[:, None] - offsets[open_groups]).abs().amax(-1) <= 1e-5 * span[open_groups]
         found = open_groups[fits]
         scale[found] = trial[fits]
         codes[found] = rounded[fits].to(torch.uint8)
         open_groups = open_groups[~fits]
-        if steps == 15 and fits.numel() > 64 and not fits[:64].any():  # not one group of 64 on a 4-bit grid
-            return None
-    if open_groups.numel():
-        return None
-    return codes.reshape(rows, cols), scale.reshape(rows, -1), low.reshape(rows, -1)
+    return None if open_groups.numel() else (codes, scale, low)
 
 
 def on_int4_grid(weight: torch.Tensor, group: int = GROUP) -> bool:
