@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import torch
 
@@ -6,6 +8,17 @@ from treespec.models.quantize import Int4Linear, int4_grid
 
 needs_kernel = pytest.mark.skipif(int4_cpu.kernel_unavailable() is not None,
                                   reason=f"treespec's int4 kernel cannot run here: {int4_cpu.kernel_unavailable()}")
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch (and the kernels it hands its thread count to) on one thread within the block."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _grid(rows: int = 48, cols: int = 96, seed: int = 0):
@@ -51,12 +64,8 @@ def test_a_rows_outputs_do_not_depend_on_the_other_rows_or_the_threads():
     for rows in (1, 2, 5, 8, 9, 16, 17):
         assert torch.equal(int4_cpu.int4_matmul(x[:rows], *layout), full[:rows])
     assert torch.equal(int4_cpu.int4_matmul(x[13:14], *layout)[0], full[13])
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    with one_thread():
         assert torch.equal(int4_cpu.int4_matmul(x, *layout), full)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @needs_kernel
@@ -121,9 +130,5 @@ def test_the_6_bit_kernel_multiplies_by_the_grid_and_rows_stay_independent(group
     assert torch.equal(int4_cpu.int6_matmul(x.to(torch.bfloat16), *layout), out)
     for rows in (1, 3, 8, 9, 16):
         assert torch.equal(int4_cpu.int6_matmul(x[:rows], *layout), out[:rows])
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    with one_thread():
         assert torch.equal(int4_cpu.int6_matmul(x, *layout), out)
-    finally:
-        torch.set_num_threads(threads)

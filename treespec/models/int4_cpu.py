@@ -42,6 +42,7 @@ import torch
 from treespec.models.host import cache_root, cpu_flags
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c"))
+HEADERS = (Path(__file__).with_name("row_tiles.h"),)  # included by the sources: part of the build's cache key
 KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
@@ -58,7 +59,7 @@ def _compiler() -> str | None:
 def _build(compiler: str) -> Path:
     """The kernels' shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES), compiler, version,
+    key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES + HEADERS), compiler, version,
                                     " ".join(sorted(cpu_flags()))]).encode())
     library = cache_root() / "kernels" / f"treespec_kernels_{key.hexdigest()[:16]}.so"
     if library.is_file():

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define ROW_TILE 8
+#include "row_tiles.h"
 
 uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted);
 
@@ -65,21 +65,7 @@ int treespec_int6_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, 
     }
     const __m512i low = _mm512_loadu_si512((const void *)levels), high = _mm512_loadu_si512((const void *)(levels + 32));
     const int64_t blocks = n / 16;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t r0 = 0;
-        for (; r0 + ROW_TILE <= m; r0 += ROW_TILE) TILE(ROW_TILE);
-        switch (m - r0) {
-            case 1: TILE(1); break;
-            case 2: TILE(2); break;
-            case 3: TILE(3); break;
-            case 4: TILE(4); break;
-            case 5: TILE(5); break;
-            case 6: TILE(6); break;
-            case 7: TILE(7); break;
-            default: break;
-        }
-    }
+    EACH_ROW_TILE(blocks, m)
     free(converted);
     return 0;
 }

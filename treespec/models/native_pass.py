@@ -78,7 +78,7 @@ def pass_identity() -> str:
     (the lean torch loop: the kernels cannot run, or ENV turns the C pass off)."""
     if os.environ.get(ENV, "1") == "0" or _function()[1] is not None:
         return "torch"
-    digest = hashlib.sha256(b"".join(source.read_bytes() for source in int4_cpu.SOURCES)).hexdigest()
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in int4_cpu.SOURCES + int4_cpu.HEADERS)).hexdigest()
     return f"c:{digest[:12]}"
 
 
