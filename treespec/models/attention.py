@@ -38,6 +38,14 @@ from treespec.models.quantize import Int4Linear, Int6Linear
 NAME = "treespec_sdpa"
 
 
+def attention_shape(config) -> tuple[int, int, int]:
+    """(head size, query heads, key/value heads) of a transformers config (its text config's)."""
+    config = config.get_text_config()
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return head_dim, heads, getattr(config, "num_key_value_heads", None) or heads
+
+
 def exact_attention(module: torch.nn.Module) -> bool:
     """Whether an attention module's output feeds a product that rounds its input to bf16 (a 4- or 6-bit `o_proj`):
     then its attention must be exact (the module docstring)."""

@@ -190,16 +190,21 @@ def int4_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, minim
         raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 4-bit weight of {codes.shape[1] * GROUP} inputs")
     out_features = codes.shape[0] * BLOCK
     out = torch.empty(rows, out_features)
-    arguments = (x.data_ptr(), dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(),
-                 out.data_ptr(), rows, cols, out_features, out_features, torch.get_num_threads())
-    if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
-        with torch.profiler.record_function(KERNEL_NAME):
+    _call(function, KERNEL_NAME, x.data_ptr(), dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(),
+          minimum.data_ptr(), out.data_ptr(), rows, cols, out_features, out_features, torch.get_num_threads())
+    return out
+
+
+def _call(function, name: str, *arguments) -> None:
+    """Call a product kernel, as a named range for the profiler where it runs (plan.breakdown); MemoryError when the
+    kernel could not allocate its scratch buffers."""
+    if torch.autograd.profiler._is_profiler_enabled:
+        with torch.profiler.record_function(name):
             status = function(*arguments)
     else:
         status = function(*arguments)
     if status:
-        raise MemoryError("treespec's 4-bit kernel could not allocate its scratch buffers")
-    return out
+        raise MemoryError(f"treespec's kernel {name} could not allocate its scratch buffers")
 
 
 def to_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,13 +240,6 @@ def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> to
         raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 2} inputs")
     out_features, group = codes.shape[0] * BLOCK, cols // scale.shape[1]
     out = torch.empty(rows, out_features)
-    arguments = (x.data_ptr(), x.dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows,
-                 cols, out_features, group, out_features, torch.get_num_threads())
-    if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
-        with torch.profiler.record_function(INT6_KERNEL_NAME):
-            status = _load_int6()(*arguments)
-    else:
-        status = _load_int6()(*arguments)
-    if status:
-        raise MemoryError("treespec's 6-bit kernel could not allocate its scratch buffers")
+    _call(_load_int6(), INT6_KERNEL_NAME, x.data_ptr(), x.dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(),
+          out.data_ptr(), rows, cols, out_features, group, out_features, torch.get_num_threads())
     return out

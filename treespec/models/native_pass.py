@@ -84,7 +84,7 @@ def pass_identity() -> str:
 
 def _on_kernel(layer) -> bool:
     """Whether a product runs on treespec's 4-bit or 6-bit kernel."""
-    return isinstance(layer, Int6Linear) or (isinstance(layer, Int4Linear) and layer.kernel == "treespec")
+    return isinstance(layer, (Int4Linear, Int6Linear)) and layer.kernel == "treespec"
 
 
 def _parts(projection) -> list:
@@ -96,6 +96,13 @@ def _fp32(tensor: torch.Tensor) -> bool:
     return tensor.dtype == torch.float32 and tensor.is_contiguous() and tensor.device.type == "cpu"
 
 
+def shape_unsupported(head_dim: int, heads: int, kv_heads: int) -> str | None:
+    """Why the C pass cannot run attention of this shape, or None when it can."""
+    if head_dim % 64 or heads % kv_heads:
+        return f"head size {head_dim} (a multiple of 64 is needed) or heads {heads} / {kv_heads}"
+    return None
+
+
 def native_unsupported(lean) -> str | None:
     """Why a `LeanDecoder`'s model cannot run through `NativePass`, or None when it can."""
     if os.environ.get(ENV, "1") == "0":
@@ -103,8 +110,9 @@ def native_unsupported(lean) -> str | None:
     why = _function()[1]
     if why is not None:
         return why
-    if lean.head_dim % 64 or lean.heads % lean.kv_heads:
-        return f"head size {lean.head_dim} (a multiple of 64 is needed) or heads {lean.heads} / {lean.kv_heads}"
+    shape = shape_unsupported(lean.head_dim, lean.heads, lean.kv_heads)
+    if shape is not None:
+        return shape
     if lean.final_norm is not None and (not _fp32(lean.final_norm) or lean.final_norm_function is not exact_rms_norm):
         return "a final norm that is not an exact fp32 RMSNorm"
     for layer in lean.layers:

@@ -315,16 +315,23 @@ def int6_grid(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Ten
     GGUF tensor as loaded: 16-weight sub-blocks of integers -32..31 times d * sc, sc of either sign; a Q5_0 one:
     32-weight blocks of -16..15 times d), or None when the weight [O, I] is not on such a grid. Each group's scale is
     its largest magnitude over the largest integer (32 down to 1), of either sign, that gives every weight back
-    exactly. A weight whose first rows are on no such grid is rejected from them alone."""
+    exactly."""
+    return _fit_groups(weight, group, _int6_fit)
+
+
+def _fit_groups(weight: torch.Tensor, group: int, fit) -> tuple[torch.Tensor, ...] | None:
+    """fit(groups [G, group] fp32) -> (codes [G, group], per-group tensors [G]...) or None, applied to weight [O, I]'s
+    groups of `group` consecutive inputs, each result reshaped to [O, -1]; the first 8 rows are tried alone first,
+    so that a weight off the grid is refused from them."""
     rows, cols = weight.shape
     if cols % group:
         return None
     grouped = weight.detach().float().reshape(-1, group)  # [O I / group, group]
-    probe = 8 * (cols // group)  # the first 8 rows' groups
-    if grouped.shape[0] > probe and _int6_fit(grouped[:probe]) is None:
+    probe = 8 * (cols // group)
+    if grouped.shape[0] > probe and fit(grouped[:probe]) is None:
         return None
-    fit = _int6_fit(grouped)
-    return None if fit is None else (fit[0].reshape(rows, cols), fit[1].reshape(rows, cols // group))
+    found = fit(grouped)
+    return None if found is None else tuple(t.reshape(rows, -1) for t in found)
 
 
 def _int6_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -337,9 +344,7 @@ def _int6_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None
         for sign in (1.0, -1.0):
             if not open_groups.numel():
                 return codes, scale
-            whole = open_groups.numel() == grouped.shape[0]  # no copy of the groups while every one is open
-            values, trial = (grouped, sign * peak / largest) if whole else (grouped[open_groups],
-                                                                            sign * peak[open_groups] / largest)
+            values, trial = grouped[open_groups], sign * peak[open_groups] / largest
             steps = values / trial[:, None]
             fits = ((steps == steps.round()) & (steps >= -32) & (steps <= 31)
                     & (steps * trial[:, None] == values)).all(-1)
@@ -391,6 +396,7 @@ class Int6Linear(torch.nn.Module):
 
     @property
     def kernel(self) -> str:
+        """"treespec": the 6-bit kernel is treespec's alone (`Int4Linear.kernel`)."""
         return "treespec"
 
     def product_tensors(self) -> list[torch.Tensor]:
@@ -420,7 +426,7 @@ class Int6Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int6, "
-                "kernel=treespec")
+                f"kernel={self.kernel}")
 
 
 def int4_available(device: torch.device | str = "cpu") -> bool:
@@ -435,15 +441,7 @@ def exact_int4_grid(weight: torch.Tensor, group: int = GROUP
     blocks use codes 0 and 15 (min/max rounding); a Q4_K's 32-weight sub-blocks (scale d * sc, minimum -dmin * m)
     often span fewer codes (a fifth of the Qwen2.5-Coder 1.5B's), so each group's scale is its span over the largest
     step count (15 down to 1) that gives every weight back, its minimum its smallest weight."""
-    rows, cols = weight.shape
-    if cols % group:
-        return None
-    grouped = weight.detach().float().reshape(-1, group)  # [O I / group, group]
-    probe = 8 * (cols // group)  # the first 8 rows' groups: most weights off every 4-bit grid are refused from them
-    if grouped.shape[0] > probe and _int4_fit(grouped[:probe]) is None:
-        return None
-    fit = _int4_fit(grouped)
-    return None if fit is None else tuple(t.reshape(rows, -1) for t in fit)
+    return _fit_groups(weight, group, _int4_fit)
 
 
 def _int4_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:

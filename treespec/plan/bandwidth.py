@@ -16,6 +16,7 @@ from statistics import median
 
 import torch
 
+from treespec.models.attention import attention_shape
 from treespec.models.layouts import extra_bytes
 from treespec.models.quantize import Int4Linear
 
@@ -62,8 +63,7 @@ def pass_bytes(model: torch.nn.Module, prefix_len: int) -> PassBytes:
     if head_weight is None or embedding.weight.data_ptr() != head_weight.data_ptr():
         weights -= embedding.weight.numel() * embedding.weight.element_size()
     config = model.config.get_text_config()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim, _, kv_heads = attention_shape(config)
     element = next(model.parameters()).element_size() if next(model.parameters()).is_floating_point() else 4
     cache = 2 * config.num_hidden_layers * kv_heads * head_dim * prefix_len * element
     return PassBytes(int(weights), int(cache), int(prefix_len))

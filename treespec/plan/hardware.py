@@ -54,6 +54,7 @@ import yaml
 
 from treespec.errors import ConfigError
 from treespec.models import int4_cpu, native_pass
+from treespec.models.attention import attention_shape
 from treespec.models.eagle_head import EagleDraftModel
 from treespec.models.layer_skip import LayerSkip
 from treespec.models.layouts import (
@@ -523,17 +524,11 @@ def draft_precisions(draft: torch.nn.Module, dtypes: Sequence[str], device: torc
     `native_pass.pass_identity`) and it is not held in 4 bits already (model.draft_weights=int4)."""
     head, fp32 = isinstance(draft, EagleDraftModel), "float32" in dtypes
     extra = [BF16_HEAD] if fp32 and head and fast_bf16(device) else []
-    if fp32 and device.type == "cpu" and native_pass.pass_identity() != "torch" and (head or _c_pass_shape(draft)) \
-            and weight_scheme(draft) is None:
+    c_shape = head or native_pass.shape_unsupported(*attention_shape(draft.config)) is None
+    if fp32 and c_shape and device.type == "cpu" and native_pass.pass_identity() != "torch" and \
+            weight_scheme(draft) is None:
         extra.append(INT4_DRAFT)
     return list(dtypes) + extra
-
-
-def _c_pass_shape(model: torch.nn.Module) -> bool:
-    """Whether a causal LM's attention has the shape the C pass runs (head size a multiple of 64)."""
-    config = model.config.get_text_config()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return head_dim % 64 == 0
 
 
 def _resolved(profile: LatencyProfile, origin: str, identity: dict[str, Any], target, draft,
