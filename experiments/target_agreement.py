@@ -4,7 +4,8 @@
     python experiments/target_agreement.py model=qwen2.5-coder data=humaneval data.limit=10
 
 The fp32 target answers each prompt greedily (`max_new_tokens`); then the fp32 target, the target with its 4-bit-grid
-layers held as 4-bit codes (model.target_weights=int4, treespec.models.quantize.quantize_target_weights) and, where
+layers held as 4-bit codes (model.target_weights=int4, treespec.models.quantize.quantize_target_weights), the same with
+int8 activations where the kernels have them (model.target_weights=int4-a8, quantize.set_activations) and, where
 llama-cpp-python is installed (make baselines) and the target is a built-in GGUF model, llama.cpp's run of that GGUF
 read every prompt + answer (teacher forcing). Writes agreement.yaml: the share of answer positions where each pair
 of them predicts the same next token (treespec.eval.agreement).
@@ -25,7 +26,9 @@ from treespec.app.configs import DataSpec, HardwareSpec, ModelSpec, PairSpec, lo
 from treespec.app.session import open_session
 from treespec.eval import llama_cpp
 from treespec.eval.agreement import agreement, top1_predictions
+from treespec.models import int4_cpu
 from treespec.models.loading import gguf_file
+from treespec.models.quantize import INT8_ACTIVATIONS, set_activations
 
 
 @dataclass
@@ -48,6 +51,11 @@ def run(cfg: DictConfig) -> dict:
     predictions = {"fp32": top1_predictions(session.target, sequences, starts)}
     int4 = with_target_weights(session.pair, "int4").target  # in place: the same modules, 4-bit-grid layers as codes
     predictions["int4"] = top1_predictions(int4, sequences, starts)
+    why = int4_cpu.int8_unavailable()
+    if why is None:
+        predictions[INT8_ACTIVATIONS] = top1_predictions(set_activations(int4, "int8"), sequences, starts)
+    else:
+        print(f"{INT8_ACTIVATIONS} left out: {why}")
     gguf, reason = gguf_file(cfg.target), llama_cpp.available()
     if gguf is not None and reason is None:
         llm = llama_cpp.LlamaCpp(gguf, torch.get_num_threads(), all_logits=True)

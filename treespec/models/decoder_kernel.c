@@ -33,6 +33,7 @@ typedef struct {
     const float *scale, *minimum;  /* minimum: 4 bits only */
     const float *bias;  /* [out] or NULL */
     int64_t in, out, padded, group;  /* padded: the columns the kernel writes (out rounded up to 16); group: 6 bits */
+    int64_t x_format;  /* how the kernel takes its fp32 inputs: X_FP32_TO_BF16 or X_FP32_TO_INT8 (activations.h) */
 } Part;
 
 #define MAX_PARTS 3
@@ -95,9 +96,9 @@ static int product(const Product *product, const float *x, int64_t m, float *out
         const Part *p = &product->parts[i];
         float *at = out + column;
         const int failed = p->bits == 6
-            ? treespec_int6_matmul(x, 0, p->codes, p->scale, at, m, p->in, p->padded, p->group, ldc, threads)
-            : treespec_int4_matmul(x, 0, p->codes, p->scale, p->minimum, at, m, p->in, p->padded, ldc, threads);
-        if (failed) return -1;
+            ? treespec_int6_matmul(x, (int)p->x_format, p->codes, p->scale, at, m, p->in, p->padded, p->group, ldc, threads)
+            : treespec_int4_matmul(x, (int)p->x_format, p->codes, p->scale, p->minimum, at, m, p->in, p->padded, ldc, threads);
+        if (failed) return failed;
         if (p->bias != NULL)
             for (int64_t r = 0; r < m; r++)
                 for (int64_t c = 0; c < p->out; c++) at[r * ldc + c] += p->bias[c];

@@ -42,7 +42,7 @@ import torch
 from treespec.models.host import cache_root, cpu_flags
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c"))
-HEADERS = (Path(__file__).with_name("row_tiles.h"),)  # included by the sources: part of the build's cache key
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("row_tiles.h", "activations.h"))  # included by the sources: part of the build's cache key
 KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
@@ -50,6 +50,9 @@ ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where tree
 NEEDED_FLAGS = ("avx512_bf16", "avx512bw", "avx512f")
 BLOCK = 16  # output columns per block of the layout
 GROUP = 32  # input weights per scale and minimum
+ACTIVATIONS = ("bf16", "int8")  # how a product takes its inputs: rounded to bf16, or to int8 with a scale per 32
+_X_FORMAT = {("float32", "bf16"): 0, ("bfloat16", "bf16"): 1, ("float32", "int8"): 2}  # activations.h's formats
+X_UNSUPPORTED = -2  # a kernel's status where this build has no int8 form
 
 
 def _compiler() -> str | None:
@@ -122,6 +125,25 @@ def kernel_unavailable() -> str | None:
     return _load()[1]
 
 
+def int8_unavailable() -> str | None:
+    """Why the kernels cannot take int8 activations here (they need AVX-512 VNNI and VBMI), or None when they can."""
+    loaded, why = library()
+    if loaded is None:
+        return why
+    if not loaded.treespec_int8_supported():
+        return "the CPU lacks avx512_vnni or avx512vbmi (int8 dot products, byte permutations)"
+    return None
+
+
+def x_format(x: torch.Tensor, activations: str) -> tuple[torch.Tensor, int]:
+    """x as a kernel takes it (contiguous; fp32 unless bf16 is kept as it is) and its activations.h format."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"unknown activations {activations!r}; choose one of {ACTIVATIONS}")
+    if x.dtype is not torch.float32 and (x.dtype is not torch.bfloat16 or activations == "int8"):
+        x = x.float()
+    return x.contiguous(), _X_FORMAT[str(x.dtype).removeprefix("torch."), activations]
+
+
 def kernel_name() -> str:
     """Which kernel new 4-bit layers multiply with: "treespec" or "torch"."""
     return "torch" if kernel_unavailable() else "treespec"
@@ -172,37 +194,36 @@ def check_layout(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
 
 
 def int4_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
-                checked: bool = False) -> torch.Tensor:
-    """x [M, I] (fp32 or bf16; rounded to bf16 first) times the weight [O, I] in the kernel layout -> [M, O] fp32.
-    checked: the layout was checked already (`check_layout`; a layer checks it once)."""
+                checked: bool = False, activations: str = "bf16") -> torch.Tensor:
+    """x [M, I] (fp32 or bf16; rounded to bf16, or to int8 with a scale per 32 inputs, first: `activations`) times
+    the weight [O, I] in the kernel layout -> [M, O] fp32. checked: the layout was checked already (`check_layout`;
+    a layer checks it once)."""
     function = _load()[0]
     if function is None:
         raise RuntimeError(f"treespec's 4-bit kernel is unavailable: {kernel_unavailable()}")
     if not checked:
         check_layout(codes, scale, minimum)
-    dtype = x.dtype
-    if dtype is not torch.float32 and dtype is not torch.bfloat16:
-        x, dtype = x.float(), torch.float32
-    if not x.is_contiguous():
-        x = x.contiguous()
+    x, form = x_format(x, activations)
     rows, cols = x.shape
     if cols != codes.shape[1] * GROUP or not x.is_cpu:
         raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 4-bit weight of {codes.shape[1] * GROUP} inputs")
     out_features = codes.shape[0] * BLOCK
     out = torch.empty(rows, out_features)
-    _call(function, KERNEL_NAME, x.data_ptr(), dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(),
+    _call(function, KERNEL_NAME, x.data_ptr(), form, codes.data_ptr(), scale.data_ptr(),
           minimum.data_ptr(), out.data_ptr(), rows, cols, out_features, out_features, torch.get_num_threads())
     return out
 
 
 def _call(function, name: str, *arguments) -> None:
     """Call a product kernel, as a named range for the profiler where it runs (plan.breakdown); MemoryError when the
-    kernel could not allocate its scratch buffers."""
+    kernel could not allocate its scratch buffers, RuntimeError when it has no int8 form here."""
     if torch.autograd.profiler._is_profiler_enabled:
         with torch.profiler.record_function(name):
             status = function(*arguments)
     else:
         status = function(*arguments)
+    if status == X_UNSUPPORTED:
+        raise RuntimeError(f"treespec's kernel {name} cannot take int8 activations here: {int8_unavailable()}")
     if status:
         raise MemoryError(f"treespec's kernel {name} could not allocate its scratch buffers")
 
@@ -227,19 +248,18 @@ def from_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Te
             scale.view(torch.float32).transpose(1, 2).reshape(blocks * BLOCK, -1))
 
 
-def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [M, I] (fp32 or bf16; rounded to bf16 first) times the weight [O, I] in `to_int6_layout`'s form -> [M, O]
-    fp32."""
+def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, activations: str = "bf16") -> torch.Tensor:
+    """x [M, I] (fp32 or bf16; rounded to bf16, or to int8 with a scale per 32 inputs, first: `activations`) times
+    the weight [O, I] in `to_int6_layout`'s form -> [M, O] fp32."""
     if kernel_unavailable() is not None:
         raise RuntimeError(f"treespec's 6-bit kernel is unavailable: {kernel_unavailable()}")
-    if x.dtype is not torch.float32 and x.dtype is not torch.bfloat16:
-        x = x.float()
-    x = x.contiguous()
+    x, form = x_format(x, activations)
     rows, cols = x.shape
-    if cols != codes.shape[1] * 2 or not x.is_cpu:
-        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 2} inputs")
+    if cols != codes.shape[1] * 2 or not x.is_cpu or (activations == "int8" and cols % GROUP):
+        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 2} inputs"
+                         f"{' (int8 activations need a multiple of 32)' if activations == 'int8' else ''}")
     out_features, group = codes.shape[0] * BLOCK, cols // scale.shape[1]
     out = torch.empty(rows, out_features)
-    _call(_load_int6(), INT6_KERNEL_NAME, x.data_ptr(), x.dtype is torch.bfloat16, codes.data_ptr(), scale.data_ptr(),
+    _call(_load_int6(), INT6_KERNEL_NAME, x.data_ptr(), form, codes.data_ptr(), scale.data_ptr(),
           out.data_ptr(), rows, cols, out_features, group, out_features, torch.get_num_threads())
     return out

@@ -24,6 +24,7 @@
 #error "this kernel needs AVX-512 BF16"
 #endif
 
+#include "activations.h"
 #include "row_tiles.h"
 
 static inline __m512i decode(const uint8_t *bytes) {
@@ -66,8 +67,6 @@ static inline __attribute__((always_inline)) void tile(
 
 #define TILE(rows) tile(rows, x, group_sums, codes, scale, minimum, out, k, ldc, b, r0, table)
 
-/* x [m, k] as bf16 bits: x_in itself when x_is_bf16, else x_in's fp32 values rounded to bf16 (to nearest even) into
- * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. */
 uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted) {
     *converted = NULL;
     if (x_is_bf16) return (uint16_t *)x_in;
@@ -80,15 +79,113 @@ uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t
     return rows;
 }
 
-/* x: [m, k] fp32 (x_is_bf16 = 0, rounded to bf16 here, to nearest even) or bf16 bits (1); out: fp32, row r's n
- * outputs at out + r * ldc (n a multiple of 16, k of 32); threads: OpenMP threads over column blocks. Returns 0, or
- * -1 when out of memory. */
-int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
+int treespec_int8_supported(void) { return TREESPEC_INT8; }
+
+#if TREESPEC_INT8
+int treespec_int8_rows(const float *x, int64_t m, int64_t k, Int8Rows *rows) {
+    const int64_t blocks = k / 32;
+    const size_t values = (size_t)(m * k), scales = (size_t)(m * blocks);
+    char *memory = (char *)malloc(values + scales * (sizeof(float) + 3 * sizeof(int32_t)) + 64);
+    if (memory == NULL) return -1;
+    rows->memory = memory;
+    rows->scale = (float *)memory;
+    rows->sums16 = (int32_t *)(rows->scale + scales);
+    rows->sums32 = rows->sums16 + 2 * scales;
+    rows->values = (int8_t *)(rows->sums32 + scales);
+    for (int64_t i = 0; i < m * blocks; i++) {
+        const float *from = x + 32 * i;
+        const __m512 a = _mm512_loadu_ps(from), b = _mm512_loadu_ps(from + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+        const __m512 inverse = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        /* to nearest even (the default rounding mode); |x| * 127 / amax is at most 127 up to one rounding */
+        const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, inverse));
+        const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, inverse));
+        _mm_storeu_si128((__m128i *)(rows->values + 32 * i), _mm512_cvtsepi32_epi8(qa));
+        _mm_storeu_si128((__m128i *)(rows->values + 32 * i + 16), _mm512_cvtsepi32_epi8(qb));
+        rows->scale[i] = amax / 127.0f;
+        rows->sums16[2 * i] = _mm512_reduce_add_epi32(qa);
+        rows->sums16[2 * i + 1] = _mm512_reduce_add_epi32(qb);
+        rows->sums32[i] = rows->sums16[2 * i] + rows->sums16[2 * i + 1];
+    }
+    return 0;
+}
+#endif
+
+#if TREESPEC_INT8
+/* The int8 form of `tile` (x_format X_FP32_TO_INT8): x rounded to int8 with an fp32 scale per 32 inputs (treespec_int8_rows),
+ * each group's integer dot product by vpdpbusd (four code-by-input products per int32 lane, exact), then
+ * sum_j w_j x_j = x_scale * (scale * dot + min * sum_j q_j) in fp32. The codes of two pairs (k = 32 g + 4 i .. + 3)
+ * become the 64 bytes vpdpbusd takes (column c's four codes in lane c) by one byte permutation and a nibble shift. */
+static inline __attribute__((always_inline)) void tile_int8(
+        const int rows, const Int8Rows *x, const uint8_t *codes, const float *scale, const float *minimum,
+        float *out, const int64_t k, const int64_t ldc, const int64_t b, const int64_t r0, const __m512i order,
+        const __m512i shifts) {
+    const int64_t groups = k / 32;
+    __m512 total[ROW_TILE];
+    for (int r = 0; r < rows; r++) total[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i dot[ROW_TILE];
+        for (int r = 0; r < rows; r++) dot[r] = _mm512_setzero_si512();
+        const uint8_t *group_codes = codes + ((b * groups + g) * 16) * 16;
+        for (int i = 0; i < 8; i++) {
+            const __m512i packed = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(group_codes + 32 * i)));
+            const __m512i weights = _mm512_and_si512(
+                _mm512_srlv_epi16(_mm512_permutexvar_epi8(order, packed), shifts), _mm512_set1_epi8(0x0F));
+            for (int r = 0; r < rows; r++) {
+                const int32_t four = *(const int32_t *)(x->values + (r0 + r) * k + 32 * g + 4 * i);
+                dot[r] = _mm512_dpbusd_epi32(dot[r], weights, _mm512_set1_epi32(four));
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(scale + (b * groups + g) * 16);
+        const __m512 m = _mm512_loadu_ps(minimum + (b * groups + g) * 16);
+        for (int r = 0; r < rows; r++) {
+            const int64_t at = (r0 + r) * groups + g;
+            const __m512 sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), s,
+                                                _mm512_mul_ps(m, _mm512_set1_ps((float)x->sums32[at])));
+            total[r] = _mm512_fmadd_ps(sums, _mm512_set1_ps(x->scale[at]), total[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * ldc + 16 * b, total[r]);
+}
+
+/* the int8 form of treespec_int4_matmul (x_format X_FP32_TO_INT8) */
+static int int4_matmul_int8(const float *x_in, const uint8_t *codes, const float *scale, const float *minimum,
+                            float *out, int64_t m, int64_t k, int64_t n, int64_t ldc, int threads) {
+    Int8Rows rows;
+    if (treespec_int8_rows(x_in, m, k, &rows)) return -1;
+    const Int8Rows *x = &rows;
+    /* byte o of the permuted pair of pairs: column (o % 32) / 4's input o % 4 (codes of columns 0..7 in the low
+     * nibbles of the first 32 bytes, of columns 8..15 in the high nibbles of the other 32) */
+    uint8_t positions[64];
+    for (int o = 0; o < 64; o++) positions[o] = (uint8_t)(((o % 4) / 2) * 16 + 2 * ((o % 32) / 4) + o % 2);
+    const __m512i order = _mm512_loadu_si512((const void *)positions);
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const int64_t blocks = n / 16;
+#undef TILE
+#define TILE(rows) tile_int8(rows, x, codes, scale, minimum, out, k, ldc, b, r0, order, shifts)
+    EACH_ROW_TILE(blocks, m)
+#undef TILE
+#define TILE(rows) tile(rows, x, group_sums, codes, scale, minimum, out, k, ldc, b, r0, table)
+    free(rows.memory);
+    return 0;
+}
+#endif
+
+/* x: [m, k] in x_format (activations.h: fp32 rounded to bf16 here, bf16 bits, or fp32 rounded to int8 here); out:
+ * fp32, row r's n outputs at out + r * ldc (n a multiple of 16, k of 32); threads: OpenMP threads over column blocks.
+ * Returns 0, or -1 when out of memory. */
+int treespec_int4_matmul(const void *x_in, int x_format, const uint8_t *codes, const float *scale,
                          const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int64_t ldc,
                          int threads) {
+    if (x_format == X_FP32_TO_INT8)
+#if TREESPEC_INT8
+        return int4_matmul_int8((const float *)x_in, codes, scale, minimum, out, m, k, n, ldc, threads);
+#else
+        return X_UNSUPPORTED;
+#endif
     const int64_t groups = k / 32;
     uint16_t *converted = NULL;
-    const uint16_t *x = treespec_bf16_rows(x_in, x_is_bf16, m, k, &converted);
+    const uint16_t *x = treespec_bf16_rows(x_in, x_format == X_BF16, m, k, &converted);
     if (x == NULL) return -1;
     float *group_sums = (float *)malloc((size_t)(m * groups) * sizeof(float));
     if (group_sums == NULL) {

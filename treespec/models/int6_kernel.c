@@ -17,9 +17,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "activations.h"
 #include "row_tiles.h"
-
-uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted);
 
 static inline __attribute__((always_inline)) void tile(
         const int rows, const uint16_t *x, const uint8_t *codes, const float *scale, float *out, const int64_t k,
@@ -48,13 +47,71 @@ static inline __attribute__((always_inline)) void tile(
 
 #define TILE(rows) tile(rows, x, codes, scale, out, k, group, ldc, b, r0, low, high)
 
-/* x: [m, k] fp32 (x_is_bf16 = 0, rounded to bf16 here, to nearest even) or bf16 bits (1); out: fp32, row r's n
- * outputs at out + r * ldc (n a multiple of 16, k of group, group even); threads: OpenMP threads over column blocks.
- * Returns 0, or -1 when out of memory. */
-int treespec_int6_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale, float *out,
+#if TREESPEC_INT8
+/* The int8 form of `tile` (x_format X_FP32_TO_INT8): x rounded to int8 with an fp32 scale per 32 inputs, each
+ * group's integer dot product sum_j code_j q_j by vpdpbusd (exact), then
+ * sum_j w_j x_j = x_scale * scale * (dot - 32 sum_j q_j) in fp32. Two pairs' 64 bytes (k = 4 i .. 4 i + 3) become
+ * column c's four codes in lane c by one byte permutation. */
+static inline __attribute__((always_inline)) void tile_int8(
+        const int rows, const Int8Rows *x, const uint8_t *codes, const float *scale, float *out, const int64_t k,
+        const int64_t group, const int64_t ldc, const int64_t b, const int64_t r0, const __m512i order) {
+    const int64_t groups = k / group, fours = group / 4, per_scale = 32 / group;
+    __m512 total[ROW_TILE];
+    for (int r = 0; r < rows; r++) total[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i dot[ROW_TILE];
+        for (int r = 0; r < rows; r++) dot[r] = _mm512_setzero_si512();
+        const uint8_t *group_codes = codes + (b * (k / 2) + g * (group / 2)) * 32;
+        for (int64_t i = 0; i < fours; i++) {
+            const __m512i weights = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(group_codes + 64 * i));
+            for (int r = 0; r < rows; r++) {
+                const int32_t four = *(const int32_t *)(x->values + (r0 + r) * k + group * g + 4 * i);
+                dot[r] = _mm512_dpbusd_epi32(dot[r], weights, _mm512_set1_epi32(four));
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(scale + (b * groups + g) * 16);
+        for (int r = 0; r < rows; r++) {
+            const int32_t sum = group == 16 ? x->sums16[(r0 + r) * groups + g] : x->sums32[(r0 + r) * groups + g];
+            const __m512i centred = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(32 * sum));
+            const float x_scale = x->scale[(r0 + r) * (k / 32) + g / per_scale];
+            total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(centred), s), _mm512_set1_ps(x_scale), total[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * ldc + 16 * b, total[r]);
+}
+
+/* the int8 form of treespec_int6_matmul */
+static int int6_matmul_int8(const float *x_in, const uint8_t *codes, const float *scale, float *out, int64_t m,
+                            int64_t k, int64_t n, int64_t group, int64_t ldc, int threads) {
+    Int8Rows rows;
+    if (treespec_int8_rows(x_in, m, k, &rows)) return -1;
+    const Int8Rows *x = &rows;
+    uint8_t positions[64];  /* byte o: column o / 4's input o % 4, from pair (o % 4) / 2 */
+    for (int o = 0; o < 64; o++) positions[o] = (uint8_t)(((o % 4) / 2) * 32 + 2 * (o / 4) + o % 2);
+    const __m512i order = _mm512_loadu_si512((const void *)positions);
+    const int64_t blocks = n / 16;
+#undef TILE
+#define TILE(rows) tile_int8(rows, x, codes, scale, out, k, group, ldc, b, r0, order)
+    EACH_ROW_TILE(blocks, m)
+#undef TILE
+#define TILE(rows) tile(rows, x, codes, scale, out, k, group, ldc, b, r0, low, high)
+    free(rows.memory);
+    return 0;
+}
+#endif
+
+/* x: [m, k] in x_format (activations.h); out: fp32, row r's n outputs at out + r * ldc (n a multiple of 16, k of
+ * 32, group 16 or 32); threads: OpenMP threads over column blocks. Returns 0, or -1 when out of memory. */
+int treespec_int6_matmul(const void *x_in, int x_format, const uint8_t *codes, const float *scale, float *out,
                          int64_t m, int64_t k, int64_t n, int64_t group, int64_t ldc, int threads) {
+    if (x_format == X_FP32_TO_INT8)
+#if TREESPEC_INT8
+        return int6_matmul_int8((const float *)x_in, codes, scale, out, m, k, n, group, ldc, threads);
+#else
+        return X_UNSUPPORTED;
+#endif
     uint16_t *converted = NULL;
-    const uint16_t *x = treespec_bf16_rows(x_in, x_is_bf16, m, k, &converted);
+    const uint16_t *x = treespec_bf16_rows(x_in, x_format == X_BF16, m, k, &converted);
     if (x == NULL) return -1;
     uint16_t levels[64];
     for (int c = 0; c < 64; c++) {  /* bf16 bits of -32.0 .. 31.0 */

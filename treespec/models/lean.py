@@ -249,7 +249,8 @@ class LeanDecoder:
 
 def _sources(model: torch.nn.Module) -> tuple[list, list]:
     """What a built decoder was made from: the modules and tensors it holds or copied (embedding, rotary embedding,
-    norms, projections, 4-bit tensors), and the in-place versions of those tensors."""
+    norms, projections, 4-bit tensors), and the in-place versions of those tensors with the activations the
+    quantized projections take (`quantize.set_activations`)."""
     parts = decoder_parts(model)
     objects = [parts.rotary] + [o for o in (parts.embed, parts.norm) if o is not None]
     if parts.norm is not None:
@@ -265,6 +266,7 @@ def _sources(model: torch.nn.Module) -> tuple[list, list]:
             elif isinstance(module, Int6Linear):
                 objects += module.product_tensors()
     versions = [tensor_version(o) for o in objects if isinstance(o, torch.Tensor)]
+    versions += [o.activations for o in objects if isinstance(o, (Int4Linear, Int6Linear))]
     return objects, versions
 
 

@@ -41,7 +41,8 @@ MAX_PARTS = 3  # products per joined projection (q | k | v where v is held in 6 
 class _Part(ctypes.Structure):
     _fields_ = [("bits", ctypes.c_int64), ("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p),
                 ("minimum", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("inputs", ctypes.c_int64),
-                ("outputs", ctypes.c_int64), ("padded", ctypes.c_int64), ("group", ctypes.c_int64)]
+                ("outputs", ctypes.c_int64), ("padded", ctypes.c_int64), ("group", ctypes.c_int64),
+                ("x_format", ctypes.c_int64)]
 
 
 class _Product(ctypes.Structure):
@@ -139,7 +140,7 @@ def _part(layer: Int4Linear | Int6Linear) -> _Part:
     return _Part(6 if six else 4, layer.kernel_codes.data_ptr(), layer.kernel_scale.data_ptr(),
                  None if six else layer.kernel_minimum.data_ptr(), None if layer.bias is None else layer.bias.data_ptr(),
                  layer.in_features, layer.out_features, layer.kernel_codes.shape[0] * int4_cpu.BLOCK,
-                 layer.group if six else int4_cpu.GROUP)
+                 layer.group if six else int4_cpu.GROUP, int4_cpu.x_format(torch.empty(0), layer.activations)[1])
 
 
 def _product(projection) -> _Product:

@@ -3,7 +3,7 @@
 A precision is a dtype name ("float32", "bfloat16", "float16"), `BF16_HEAD`: an EAGLE head in fp32 whose output
 layer alone (its largest matrix) is bf16, or `INT4_DRAFT`: a draft (an EAGLE head or a causal LM) whose every linear
 layer is rounded to 4-bit codes (`quantize.quantize_draft_weights`), so that its decoder layers run as one C call
-(treespec.models.native_pass). Drafts only propose, so a draft in any precision leaves every output's distribution
+(treespec.models.native_pass), its products on int8 activations where the kernels have them (`quantize.set_activations`). Drafts only propose, so a draft in any precision leaves every output's distribution
 the target's. `configure(model, precision, layout)` converts a model in place (rounding cannot be undone: a 4-bit
 head stays one).
 """
@@ -16,7 +16,8 @@ from treespec.errors import ConfigError
 from treespec.models.eagle_head import EagleDraftModel, set_output_dtype
 from treespec.models.layouts import set_linear_layout
 from treespec.models.loading import dtype_name, to_dtype
-from treespec.models.quantize import Int4Linear, quantize_draft_weights
+from treespec.models import int4_cpu
+from treespec.models.quantize import INT8_ACTIVATIONS, Int4Linear, quantize_draft_weights
 
 BF16_HEAD = "float32+bfloat16_head"  # an EAGLE head in fp32 whose output layer (lm_head) is bf16
 INT4_DRAFT = "int4"  # a draft whose linear layers are 4-bit codes (norms and activations exact fp32)
@@ -52,8 +53,9 @@ def with_precision(model: torch.nn.Module, precision: str) -> torch.nn.Module:
         if precision_name(model) == INT4_DRAFT:
             raise ConfigError(f"a draft held in 4-bit codes cannot be converted to {precision}: load it anew")
         return model.to(to_dtype(precision))
-    if precision == INT4_DRAFT:
-        return quantize_draft_weights(model.to(torch.float32), "int4")
+    if precision == INT4_DRAFT:  # with int8 activations where the kernels have them: a draft only proposes
+        scheme = INT8_ACTIVATIONS if int4_cpu.int8_unavailable() is None else "int4"
+        return quantize_draft_weights(model.to(torch.float32), scheme)
     if not isinstance(model, EagleDraftModel):
         raise ConfigError(f"{precision} is a precision for EAGLE heads, not for a {type(model).__name__}")
     return set_output_dtype(model.to(torch.float32), torch.bfloat16)

@@ -31,7 +31,8 @@ from treespec.models import int4_cpu
 from treespec.models.exact import make_exact
 from treespec.models.layouts import set_linear_layout
 
-SCHEMES = ("int4",)
+INT8_ACTIVATIONS = "int4-a8"  # the int4 scheme with every product's inputs rounded to int8 per 32 (`set_activations`)
+SCHEMES = ("int4", INT8_ACTIVATIONS)
 AUTO_WEIGHTS = "auto"  # a target's weights: held as 4-bit codes where hardware=auto measures that faster
 GROUP = 32  # input weights per scale / zero point
 ROW_BLOCK = 16  # the CPU kernel packs output rows in blocks of 16
@@ -111,8 +112,9 @@ class Int4Linear(torch.nn.Module):
 
     def __init__(self, codes: torch.Tensor | None, scale_zero: torch.Tensor, bias: torch.Tensor | None,
                  out_features: int, keep_codes: bool = True, packed: torch.Tensor | None = None,
-                 kernel: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+                 kernel: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, activations: str = "bf16"):
         super().__init__()
+        self.activations = activations  # how treespec's kernel takes the inputs (`set_activations`)
         if packed is None:
             packed = pack_int4(codes)
         self.in_features, self.out_features = packed.shape[1] * 2, out_features
@@ -179,7 +181,8 @@ class Int4Linear(torch.nn.Module):
         if self.kernel_codes is not None:
             scale, minimum = (int4_cpu.from_kernel_layout(t)[padded] for t in (self.kernel_scale, self.kernel_minimum))
             kernel = int4_cpu.to_kernel_layout(codes, scale, minimum)
-        return Int4Linear(codes, self.scale_zero[:, padded].contiguous(), bias, index.numel(), kernel=kernel)
+        return Int4Linear(codes, self.scale_zero[:, padded].contiguous(), bias, index.numel(), kernel=kernel,
+                          activations=self.activations)
 
     def weight_fp32(self) -> torch.Tensor:
         """The weight [O, I] in fp32 that the layer multiplies by (for tests and inspection; needs keep_codes)."""
@@ -196,12 +199,12 @@ class Int4Linear(torch.nn.Module):
         if self.kernel_codes is None:
             return int4_linear(x, self.packed, self.scale_zero, self.group, self.bias, self.out_features)
         out = int4_cpu.int4_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale,
-                                   self.kernel_minimum, checked=True)  # [N, O'] fp32
+                                   self.kernel_minimum, checked=True, activations=self.activations)  # [N, O'] fp32
         return _shaped_like(out, x, self.bias, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4, "
-                f"kernel={self.kernel}")
+                f"kernel={self.kernel}" + (f", activations={self.activations}" if self.kernel == "treespec" else ""))
 
 
 def _kernel_tensors(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, group: int, kernel: str | None):
@@ -225,7 +228,7 @@ def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
     checked on a probe input) or the layers' inputs, groups or kernels differ."""
     first = layers[0]
     if any(layer.in_features != first.in_features or layer.group != first.group or layer.kernel != first.kernel
-           for layer in layers):
+           or layer.activations != first.activations for layer in layers):
         return None
     if any(layer.packed.shape[0] != layer.out_features for layer in layers[:-1]):  # padded rows only at the end
         return None
@@ -240,7 +243,8 @@ def concat_int4(layers: Sequence[Int4Linear]) -> Int4Linear | None:
                        for name in ("kernel_codes", "kernel_scale", "kernel_minimum"))
     joined = Int4Linear(None, torch.cat([layer.scale_zero for layer in layers], 1), bias,
                         sum(layer.out_features for layer in layers), keep_codes=False,
-                        packed=torch.cat([layer.packed for layer in layers]), kernel=kernel)
+                        packed=torch.cat([layer.packed for layer in layers]), kernel=kernel,
+                        activations=first.activations)
     probe = torch.randn(3, first.in_features, generator=torch.Generator().manual_seed(0)).to(
         device=first.packed.device, dtype=torch.bfloat16)
     if not torch.equal(joined(probe), torch.cat([layer(probe) for layer in layers], -1)):
@@ -362,8 +366,10 @@ class Int6Linear(torch.nn.Module):
     The input is rounded to bf16 as in every 4-bit product. Output rows are padded to a multiple of 16 (zero
     weights) and cut off after the multiplication."""
 
-    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_features: int):
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+                 activations: str = "bf16"):
         super().__init__()
+        self.activations = activations  # how the kernel takes the inputs (`set_activations`)
         self.out_features = out_features
         self.in_features = codes.shape[1] * 2
         self.group = self.in_features // scale.shape[1]
@@ -412,7 +418,9 @@ class Int6Linear(torch.nn.Module):
         codes, scale = self.grid()
         index = torch.as_tensor(index, dtype=torch.long)
         bias = None if self.bias is None else self.bias[index]
-        return Int6Linear.from_grid(codes[index].contiguous(), scale[index].contiguous(), bias)
+        layer = Int6Linear.from_grid(codes[index].contiguous(), scale[index].contiguous(), bias)
+        layer.activations = self.activations
+        return layer
 
     def weight_fp32(self) -> torch.Tensor:
         """The weight [O, I] in fp32 that the layer multiplies by."""
@@ -421,12 +429,13 @@ class Int6Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., I] -> [..., O] in x's dtype."""
-        out = int4_cpu.int6_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale)  # [N, O'] fp32
+        out = int4_cpu.int6_matmul(x.reshape(-1, x.shape[-1]), self.kernel_codes, self.kernel_scale,
+                                   self.activations)  # [N, O'] fp32
         return _shaped_like(out, x, self.bias, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int6, "
-                f"kernel={self.kernel}")
+                f"kernel={self.kernel}, activations={self.activations}")
 
 
 def int4_available(device: torch.device | str = "cpu") -> bool:
@@ -483,8 +492,28 @@ def holds_int4_grid(model: torch.nn.Module, probe: int = 4) -> bool:
 
 
 def weight_scheme(model: torch.nn.Module) -> str | None:
-    """"int4" when some linear layer of `model` is held as 4-bit (or 6-bit) codes, else None."""
-    return "int4" if any(isinstance(m, (Int4Linear, Int6Linear)) for m in model.modules()) else None
+    """"int4" when some linear layer of `model` is held as 4-bit (or 6-bit) codes (`INT8_ACTIVATIONS` where their
+    products take int8 inputs), else None."""
+    held = [m for m in model.modules() if isinstance(m, (Int4Linear, Int6Linear))]
+    if not held:
+        return None
+    return INT8_ACTIVATIONS if any(m.activations == "int8" for m in held) else "int4"
+
+
+def set_activations(model: torch.nn.Module, activations: str) -> torch.nn.Module:
+    """Make every product of `model` on treespec's kernels take its inputs as `activations`, in place: "bf16" (each
+    input rounded to bf16) or "int8" (each 32 inputs rounded to int8 codes times an fp32 scale, their amax / 127, as
+    llama.cpp rounds its activations; products by int8 dot products, exact in int32). Each row is rounded on its own,
+    so a row's outputs still depend on its own inputs only. A 6-bit layer whose input size is not a multiple of 32
+    keeps bf16. ConfigError where the kernels have no int8 form here."""
+    if activations not in int4_cpu.ACTIVATIONS:
+        raise ConfigError(f"unknown activations {activations!r}; choose one of {int4_cpu.ACTIVATIONS}")
+    if activations == "int8" and int4_cpu.int8_unavailable() is not None:
+        raise ConfigError(f"int8 activations cannot run here: {int4_cpu.int8_unavailable()}")
+    for module in model.modules():
+        if isinstance(module, (Int4Linear, Int6Linear)) and module.kernel == "treespec":
+            module.activations = "bf16" if module.in_features % int4_cpu.GROUP else activations
+    return model
 
 
 def _check(scheme: str | None, model: torch.nn.Module, role: str) -> bool:
@@ -493,6 +522,8 @@ def _check(scheme: str | None, model: torch.nn.Module, role: str) -> bool:
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown {role} weight scheme {scheme!r}; choose one of {SCHEMES}")
     device = next(model.parameters()).device
+    if scheme == INT8_ACTIVATIONS and int4_cpu.int8_unavailable() is not None:
+        raise ConfigError(f"{scheme} {role} weights need int8 activations: {int4_cpu.int8_unavailable()}")
     if not int4_available(device):
         raise ConfigError(f"int4 {role} weights run on CPUs only (torch's CPU int4 kernel); the {role} is on {device}")
     set_linear_layout(model, "standard")  # the plain weights, whatever copies a layout held
@@ -520,6 +551,8 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         _replace(model, lambda child: Int4Linear.from_linear(child, group, keep_codes=child is head))
         make_exact(model)
+        if scheme == INT8_ACTIVATIONS:
+            set_activations(model, "int8")
     return model
 
 
@@ -543,4 +576,6 @@ def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: i
         _replace(model, lambda child: Int8Linear.from_linear(child, group))
         _replace(model, Int6Linear.from_linear)
         make_exact(model)
+        if scheme == INT8_ACTIVATIONS:
+            set_activations(model, "int8")
     return model

@@ -72,7 +72,8 @@ from treespec.models.layouts import (
 )
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
 from treespec.models.precision import BF16_HEAD, INT4_DRAFT, configure, draft_precision_name, precision_name, with_precision
-from treespec.models.quantize import AUTO_WEIGHTS, holds_int4_grid, int4_available, quantize_target_weights, weight_scheme
+from treespec.models.quantize import (AUTO_WEIGHTS, SCHEMES, holds_int4_grid, int4_available, quantize_target_weights,
+                                      weight_scheme)
 from treespec.plan.costs import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
 from treespec.plan.planner import plan_tree
 
@@ -137,7 +138,8 @@ def vocab_fingerprint(vocab: torch.Tensor) -> str:
 
 def model_fingerprint(model: torch.nn.Module) -> str:
     """A short hash of a model's config and weights (names, shapes and a strided sample of every tensor's
-    values, in fp32, independent of the storage layout): changes when the model file does."""
+    values, in fp32, independent of the storage layout) and of which products take int8 activations: changes when
+    the model file does."""
     digest = hashlib.sha256()
     config = getattr(model, "config", None)
     if config is not None:
@@ -150,6 +152,9 @@ def model_fingerprint(model: torch.nn.Module) -> str:
             if flat.numel() and (tensor.is_floating_point() or not tensor.dtype.is_complex):
                 step = max(1, flat.numel() // 4096)
                 digest.update(flat[::step].detach().to("cpu", torch.float32).numpy().tobytes())
+    int8 = [name for name, module in model.named_modules() if getattr(module, "activations", None) == "int8"]
+    if int8:  # products on int8 inputs (quantize.set_activations): another model's arithmetic
+        digest.update(("int8 activations:" + ",".join(int8)).encode())
     return digest.hexdigest()[:20]
 
 
@@ -507,10 +512,10 @@ def _int4_layouts(target: torch.nn.Module, target_weights: str | None, dtypes: S
     """The layouts a target held in 4 bits is timed in (its LM head's and other off-grid layers'): none unless
     `target_weights` is "auto", fp32 is a candidate, the int4 kernel runs here and the target has 4-bit-grid
     layers; otherwise oneDNN's where it is among `layouts`, else the first of them."""
-    if target_weights is None or target_weights == "int4":
+    if target_weights is None or target_weights in SCHEMES:
         return []
     if target_weights != AUTO_WEIGHTS:
-        raise ConfigError(f"target_weights must be {AUTO_WEIGHTS!r}, 'int4' or None, got {target_weights!r}")
+        raise ConfigError(f"target_weights must be {AUTO_WEIGHTS!r}, one of {SCHEMES} or None, got {target_weights!r}")
     device = next(target.parameters()).device
     if "float32" not in dtypes or not int4_available(device) or weight_scheme(target) or not holds_int4_grid(target):
         return []

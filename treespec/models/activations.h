@@ -1,0 +1,42 @@
+/* How the product kernels (int4_kernel.c, int6_kernel.c) take their input rows x [m, k], and the helpers that put
+ * fp32 rows into those forms (defined in int4_kernel.c). Each row is converted on its own, so a row's products never
+ * depend on the other rows of a call. */
+#ifndef TREESPEC_ACTIVATIONS_H
+#define TREESPEC_ACTIVATIONS_H
+
+#include <stdint.h>
+
+/* whether this build has the int8 form (vpdpbusd and vpermb) */
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define TREESPEC_INT8 1
+#else
+#define TREESPEC_INT8 0
+#endif
+#define X_UNSUPPORTED (-2)  /* a kernel's status for X_FP32_TO_INT8 where TREESPEC_INT8 is 0 */
+
+enum {
+    X_FP32_TO_BF16 = 0,  /* fp32 values, rounded to bf16 (to nearest even); bf16 dot products (vdpbf16ps) */
+    X_BF16 = 1,          /* bf16 bits as they are; bf16 dot products */
+    X_FP32_TO_INT8 = 2,  /* fp32 values, rounded to int8 with an fp32 scale per 32 inputs; int8 dot products (vpdpbusd) */
+};
+
+/* x [m, k] in int8 form: x[r, j] ~ scale[r, j / 32] * values[r, j], the scale amax / 127 of its 32 inputs */
+typedef struct {
+    int8_t *values;   /* [m, k] */
+    float *scale;     /* [m, k / 32] */
+    int32_t *sums16;  /* [m, k / 16]: the sum of each 16 inputs' values */
+    int32_t *sums32;  /* [m, k / 32]: the sum of each 32 inputs' values */
+    void *memory;     /* the one allocation behind them */
+} Int8Rows;
+
+/* x [m, k] as bf16 bits: x_in itself when x_is_bf16, else x_in's fp32 values rounded to bf16 (to nearest even) into
+ * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. */
+uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted);
+
+/* 1 where this build has the int8 form, else 0 */
+int treespec_int8_supported(void);
+
+/* fp32 x [m, k] (k a multiple of 32) in int8 form; returns 0, or -1 when out of memory. Free with free(rows->memory). */
+int treespec_int8_rows(const float *x, int64_t m, int64_t k, Int8Rows *rows);
+
+#endif
