@@ -132,3 +132,54 @@ def test_the_6_bit_kernel_multiplies_by_the_grid_and_rows_stay_independent(group
         assert torch.equal(int4_cpu.int6_matmul(x[:rows], *layout), out[:rows])
     with one_thread():
         assert torch.equal(int4_cpu.int6_matmul(x, *layout), out)
+
+
+needs_int8 = pytest.mark.skipif(int4_cpu.int8_unavailable() is not None,
+                                reason=f"the kernels have no int8 activations here: {int4_cpu.int8_unavailable()}")
+
+
+def _int8_rounded(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] as the int8 form holds it (activations.h): per 32 inputs, codes round(x * 127 / amax) times amax / 127."""
+    blocks = x.float().reshape(x.shape[0], -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    codes = torch.round(blocks * torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))).clamp(-127, 127)
+    return (codes.double() * (amax / 127).double()).reshape(x.shape)
+
+
+@needs_int8
+def test_int8_activations_multiply_the_rounded_input_by_the_grid_and_rows_stay_independent():
+    codes, scale, minimum = _grid(64, 160)
+    weight = codes.double() * scale.double().repeat_interleave(32, 1) + minimum.double().repeat_interleave(32, 1)
+    layout = int4_cpu.to_kernel_layout(codes, scale, minimum)
+    x = torch.randn(19, 160, generator=torch.Generator().manual_seed(6))
+    x[3, 32:64] = 0.0  # a block of zeros: scale 0, codes 0
+    out = int4_cpu.int4_matmul(x, *layout, activations="int8")
+    expected = _int8_rounded(x) @ weight.T
+    assert (out.double() - expected).abs().max() < 1e-5 * expected.abs().max()
+    bf16 = int4_cpu.int4_matmul(x, *layout)
+    assert not torch.equal(out, bf16) and (out - bf16).abs().max() < 0.05 * bf16.abs().max()  # another rounding
+    assert torch.equal(int4_cpu.int4_matmul(x.to(torch.bfloat16), *layout, activations="int8"),
+                       int4_cpu.int4_matmul(x.to(torch.bfloat16).float(), *layout, activations="int8"))
+    for rows in (1, 2, 7, 8, 9, 16, 17):
+        assert torch.equal(int4_cpu.int4_matmul(x[:rows], *layout, activations="int8"), out[:rows])
+    with one_thread():
+        assert torch.equal(int4_cpu.int4_matmul(x, *layout, activations="int8"), out)
+    with pytest.raises(ValueError, match="activations"):
+        int4_cpu.int4_matmul(x, *layout, activations="int4")
+
+
+@needs_int8
+@pytest.mark.parametrize("group", [16, 32])
+def test_the_6_bit_kernel_on_int8_activations(group):
+    codes, scale = _int6_grid(80, 192, group, seed=7)
+    weight = (codes.double() - 32) * scale.double().repeat_interleave(group, 1)
+    layout = int4_cpu.to_int6_layout(codes, scale)
+    x = torch.randn(13, 192, generator=torch.Generator().manual_seed(8))
+    out = int4_cpu.int6_matmul(x, *layout, activations="int8")
+    expected = _int8_rounded(x) @ weight.T
+    assert (out.double() - expected).abs().max() < 1e-5 * expected.abs().max()
+    for rows in (1, 3, 8, 9):
+        assert torch.equal(int4_cpu.int6_matmul(x[:rows], *layout, activations="int8"), out[:rows])
+    short = int4_cpu.to_int6_layout(*_int6_grid(16, 48, 16))  # 48 inputs: groups of 16, no block of 32
+    with pytest.raises(ValueError, match="multiple of 32"):
+        int4_cpu.int6_matmul(x[:, :48], *short, activations="int8")

@@ -186,6 +186,25 @@ def test_q6_k_layers_run_in_c_beside_4_bit_ones_bit_for_bit():
     assert torch.equal(native, loop)
 
 
+@pytest.mark.skipif(int4_cpu.int8_unavailable() is not None, reason="no int8 activations here")
+def test_parts_on_int8_activations_run_in_c_as_the_torch_loop_does():
+    """int4-a8 (quantize.set_activations): each part hands its input format to the C pass; a 6-bit part too."""
+    from test_quantize import six_bit
+
+    model = four_bit("qwen2", layers=2, quantized=False)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.v_proj.weight.copy_(six_bit(model.model.layers[0].self_attn.v_proj.weight))
+    quantize_target_weights(model, "int4-a8")
+    decoder = lean_decoder(model)
+    assert decoder.native is not None, decoder.native_unsupported
+    assert decoder.native.layers[0].qkv.parts[1].x_format == 2  # X_FP32_TO_INT8
+    prefix, tokens, positions, mask = _tree_inputs(2, 33, 6, seed=5)
+    with torch.inference_mode():
+        native, _ = _pass(model, True, tokens, positions, mask, prefix)
+        loop, _ = _pass(model, False, tokens, positions, mask, prefix)
+    assert torch.equal(native, loop)
+
+
 def test_the_targets_prefill_runs_in_c_and_decodes_as_transformers_does():
     """Decoder._prefill: where the target's passes run in C the prompt goes through one C call too, batches of
     unequal prompts (right padding) included, and greedy outputs stay transformers' own; the cache it leaves is the

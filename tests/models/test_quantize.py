@@ -17,8 +17,10 @@ from treespec.errors import ConfigError
 from treespec.eval import certify
 from treespec.models import native_pass
 from treespec.models.precision import INT4_DRAFT
+from treespec.models import int4_cpu
 from treespec.models.quantize import (
     GROUP,
+    INT8_ACTIVATIONS,
     Int4Linear,
     Int6Linear,
     dequantize_int4,
@@ -30,6 +32,8 @@ from treespec.models.quantize import (
     quantize_draft_weights,
     quantize_int4,
     quantize_target_weights,
+    set_activations,
+    weight_scheme,
 )
 from treespec.plan import hardware
 
@@ -188,6 +192,8 @@ def test_auto_profile_times_a_causal_draft_in_4_bits_where_the_c_pass_runs_it(mo
     _, chosen, resolved = hardware.auto_profile(tiny_model("llama", seed=0), draft, sizes=(1, 2), repeats=1,
                                                 warmup=0, prefix_len=8)
     assert resolved.draft_dtype == INT4_DRAFT and isinstance(chosen.model.layers[0].mlp.up_proj, Int4Linear)
+    expected = "int8" if int4_cpu.int8_unavailable() is None else "bf16"  # a draft only proposes: the faster inputs
+    assert {m.activations for m in chosen.modules() if isinstance(m, Int4Linear)} == {expected}
 
 
 def test_only_the_head_keeps_its_codes():
@@ -372,3 +378,65 @@ def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faste
     assert off_grid.target_weights is None and not any(c.get("weights") for c in off_grid.candidates)
     with pytest.raises(ConfigError, match="target_weights"):
         hardware.auto_profile(snapped(tiny_model("llama", seed=0)), None, target_weights="int8", sizes=(1,))
+
+
+needs_int8 = pytest.mark.skipif(int4_cpu.int8_unavailable() is not None,
+                                reason=f"the kernels have no int8 activations here: {int4_cpu.int8_unavailable()}")
+
+
+@needs_int8
+def test_a_target_on_int8_activations_is_its_own_model_and_decodes_as_itself():
+    """int4-a8: the same codes, every product on int8 inputs (set_activations); greedy outputs stay the quantized
+    target's own, through trees, chains and batches, and its hidden states do not depend on how passes are cut."""
+    target = quantize_target_weights(snapped(tiny_model("llama", seed=0, hidden=256, vocab=96, context=512)),
+                                     INT8_ACTIVATIONS)
+    draft = quantize_target_weights(snapped(tiny_model("llama", seed=1, layers=1, hidden=256, vocab=96)), "int4")
+    held = [m for m in target.modules() if isinstance(m, Int4Linear)]
+    assert held and all(m.activations == "int8" for m in held) and weight_scheme(target) == INT8_ACTIVATIONS
+    assert weight_scheme(draft) == "int4" and "activations=int8" in repr(held[0])
+    for prompt in PROMPTS[:3]:
+        expected = reference(target, prompt, 14)
+        for tree in (policies.Dynamic(6, 3, 2), policies.Chain(3), policies.KAry([2, 2])):
+            assert treespec.generate(target, draft, prompt, tree=tree, max_new_tokens=14).tokens == expected
+    rows = treespec.generate_batch(target, draft, list(PROMPTS[:3]), tree=policies.Dynamic(6, 3, 2), max_new_tokens=14)
+    assert [r.tokens for r in rows] == [reference(target, p, 14) for p in PROMPTS[:3]]
+    tokens = torch.randint(0, 96, (208,), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        one_by_one = _hidden_by_passes(target, tokens, [200] + [1] * 8)[200:]
+        assert torch.equal(_hidden_by_passes(target, tokens, [200, 3, 5])[200:], one_by_one)
+        assert torch.equal(target.model(tokens[None]).last_hidden_state[0, 200:], one_by_one)
+
+
+@needs_int8
+def test_activations_can_be_switched_and_the_model_is_named_and_fingerprinted_by_them():
+    from treespec.models.lean import lean_decoder
+
+    model = quantize_target_weights(snapped(tiny_model("llama", seed=2, hidden=256, vocab=96)), "int4")
+    ids = torch.tensor([PROMPTS[1]])
+    with torch.inference_mode():
+        bf16_logits, bf16_print, bf16_lean = model(ids).logits, hardware.model_fingerprint(model), lean_decoder(model)
+        set_activations(model, "int8")
+        int8_logits = model(ids).logits
+        assert lean_decoder(model) is not bf16_lean  # rebuilt: the C pass's parts take the new input format
+        assert not torch.equal(int8_logits, bf16_logits)
+        torch.testing.assert_close(int8_logits, bf16_logits, atol=1.0, rtol=0.05)
+        assert hardware.model_fingerprint(model) != bf16_print
+        set_activations(model, "bf16")
+        assert torch.equal(model(ids).logits, bf16_logits) and hardware.model_fingerprint(model) == bf16_print
+    with pytest.raises(ConfigError, match="activations"):
+        set_activations(model, "fp8")
+
+
+def test_int8_activations_are_refused_with_the_reason_where_the_cpu_lacks_them(monkeypatch):
+    from treespec.models.loading import default_target_weights
+
+    monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: "the CPU lacks avx512_vnni")
+    with pytest.raises(ConfigError, match="avx512_vnni"):
+        quantize_target_weights(snapped(tiny_model("llama", seed=0, hidden=256)), INT8_ACTIVATIONS)
+    with pytest.raises(ConfigError, match="avx512_vnni"):
+        set_activations(tiny_model("llama"), "int8")
+    assert default_target_weights("qwen2.5-coder-1.5b-instruct", "auto") == "auto"  # falls back to bf16's int4 choice
+    monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: None)
+    assert default_target_weights("qwen2.5-coder-1.5b-instruct", "auto") == INT8_ACTIVATIONS
+    assert default_target_weights("qwen2.5-coder-1.5b-instruct", "int4") == "int4"
+    assert default_target_weights("smollm2-135m-instruct", "auto") == "auto"

@@ -60,7 +60,8 @@ class ModelSpec:
     draft_vocab: Optional[int] = None  # a causal-LM draft proposes from the N most frequent tokens
     draft_weights: Optional[str] = None  # "int4": a causal-LM draft's linear weights in 4 bits (models.quantize)
     target_weights: Optional[str] = "auto"  # "int4": the target's 4-bit-grid layers (a Q4 GGUF's) held as 4-bit codes;
-    # "auto": so where hardware=auto measures that faster; null: as loaded
+    # "int4-a8": so, their products on int8 activations (models.quantize.set_activations); "auto": int4 where
+    # hardware=auto measures that faster; null: as loaded
 
 
 @dataclass
@@ -405,7 +406,7 @@ def with_layer_skip(pair: LoadedPair, *, remeasure: bool = False, progress: Opti
 
 
 def with_target_weights(pair: LoadedPair, scheme: Optional[str]) -> LoadedPair:
-    """The pair with the target's linear layers that lie on a 4-bit grid held in `scheme` ("int4",
+    """The pair with the target's linear layers that lie on a 4-bit grid held in `scheme` ("int4" or "int4-a8",
     treespec.models.quantize.quantize_target_weights: the same model, a quarter of the bytes; in place); None or
     "auto" (left for `resolve_hardware` to choose): as is."""
     if scheme is None or scheme == "auto":
@@ -443,14 +444,17 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
     for either, fp32 and the standard layout, left for `resolve_hardware` to choose; a named profile goes through
     `resolve_hardware` with its `HardwareSpec`). target_weights: "auto" lets hardware="auto" hold a target loaded
     from a 4-bit GGUF (the default target) as 4-bit codes where that plans faster (`pair.hardware.target_weights`
-    says; the model decoded is then that quantized target), "int4" always, None never."""
-    from treespec.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET
+    says; the model decoded is then that quantized target), and the Qwen2.5-Coder 1.5B as "int4-a8"
+    (`loading.default_target_weights`); "int4" or "int4-a8" always, None never."""
+    from treespec.models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, default_target_weights
 
     if hardware not in ("auto", "none"):
         raise ConfigError(f"load_pair takes hardware='auto' or 'none', got {hardware!r} (a named profile: "
                           "resolve_hardware with its HardwareSpec)")
     target = target or DEFAULT_TARGET
     draft = DEFAULT_DRAFT if draft == "default" else draft
+    if hardware == "auto":
+        target_weights = default_target_weights(target, target_weights)
     if draft == LAYER_SKIP:  # the target drafts for itself: tuned alone, then searched on as configured
         pair = load_pair(target, None, hardware=hardware, device=device, dtype=dtype, layout=layout,
                          attn_implementation=attn_implementation, progress=progress, target_weights=target_weights)

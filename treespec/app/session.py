@@ -39,6 +39,7 @@ from treespec.app.configs import (
 from treespec.decode.sampling import SamplingConfig
 from treespec.errors import ConfigError
 from treespec.models.layer_skip import LayerSkip
+from treespec.models.loading import default_target_weights
 from treespec.models.precision import body_dtype, configure
 from treespec.plan.costs import LatencyProfile
 from treespec.plan.hardware import Progress
@@ -161,15 +162,16 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     self_draft = draft == LAYER_SKIP  # the target drafts for itself once it is configured
     draft = None if self_draft else draft
     pair = load_pair(target, draft, hardware="none", device=resolve_device(runtime.device), dtype=runtime.dtype,
-                     attn_implementation=model.attn_implementation, layout=runtime.layout)
-    pair = with_target_weights(pair, model.target_weights)
+                     attn_implementation=model.attn_implementation, layout=runtime.layout, target_weights=None)
+    target_weights = default_target_weights(target, model.target_weights) if tune else model.target_weights
+    pair = with_target_weights(pair, target_weights)
     pair = with_draft_weights(pair, model.draft_weights if draft else None)
     pair = with_draft_vocab(pair, model.draft_vocab if draft else None)
     pair = with_draft_precision(pair, draft_precision, runtime.layout if runtime.layout != "auto" else "standard")
     if tune:
         acceptance = acceptance_for(model, TreeSpec(), sampling or SamplingConfig())
         pair = resolve_hardware(hardware, pair, dtype=runtime.dtype, layout=runtime.layout, acceptance=acceptance,
-                                target_weights=model.target_weights,
+                                target_weights=target_weights,
                                 progress=progress, settings=names)
     if self_draft:
         pair = with_layer_skip(pair, progress=progress)

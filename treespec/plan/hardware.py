@@ -350,6 +350,8 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     if layout == "auto" and device.type == "cpu" and onednn_available():
         layouts.append(ONEDNN)
+    if weight_scheme(target) and not any(isinstance(m, torch.nn.Linear) for m in target.modules()):
+        dtypes, layouts = ["float32"], ["standard"]  # every product held as codes (the Qwen target): nothing to choose
     draft_dtypes = draft_precisions(draft, dtypes, device) if draft is not None else []
     int4_layouts = _int4_layouts(target, target_weights, dtypes, layouts)
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
