@@ -15,9 +15,8 @@ from treespec.decode.sampling import SamplingConfig
 from treespec.drafters import CausalLMDrafter
 from treespec.errors import ConfigError
 from treespec.eval import certify
-from treespec.models import native_pass
+from treespec.models import int4_cpu, native_pass
 from treespec.models.precision import INT4_DRAFT
-from treespec.models import int4_cpu
 from treespec.models.quantize import (
     GROUP,
     INT8_ACTIVATIONS,

@@ -42,7 +42,8 @@ import torch
 from treespec.models.host import cache_root, cpu_flags
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c"))
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("row_tiles.h", "activations.h"))  # included by the sources: part of the build's cache key
+# included by the sources: part of the build's cache key
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("row_tiles.h", "activations.h"))
 KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)

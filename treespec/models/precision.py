@@ -3,7 +3,8 @@
 A precision is a dtype name ("float32", "bfloat16", "float16"), `BF16_HEAD`: an EAGLE head in fp32 whose output
 layer alone (its largest matrix) is bf16, or `INT4_DRAFT`: a draft (an EAGLE head or a causal LM) whose every linear
 layer is rounded to 4-bit codes (`quantize.quantize_draft_weights`), so that its decoder layers run as one C call
-(treespec.models.native_pass), its products on int8 activations where the kernels have them (`quantize.set_activations`). Drafts only propose, so a draft in any precision leaves every output's distribution
+(treespec.models.native_pass), its products on int8 activations where the kernels have them
+(`quantize.set_activations`). Drafts only propose, so a draft in any precision leaves every output's distribution
 the target's. `configure(model, precision, layout)` converts a model in place (rounding cannot be undone: a 4-bit
 head stays one).
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 import torch
 
 from treespec.errors import ConfigError
+from treespec.models import int4_cpu
 from treespec.models.eagle_head import EagleDraftModel, set_output_dtype
 from treespec.models.layouts import set_linear_layout
 from treespec.models.loading import dtype_name, to_dtype
-from treespec.models import int4_cpu
 from treespec.models.quantize import INT8_ACTIVATIONS, Int4Linear, quantize_draft_weights
 
 BF16_HEAD = "float32+bfloat16_head"  # an EAGLE head in fp32 whose output layer (lm_head) is bf16

@@ -72,8 +72,14 @@ from treespec.models.layouts import (
 )
 from treespec.models.loading import attention_names, cache_root, dtype_name, to_dtype
 from treespec.models.precision import BF16_HEAD, INT4_DRAFT, configure, draft_precision_name, precision_name, with_precision
-from treespec.models.quantize import (AUTO_WEIGHTS, SCHEMES, holds_int4_grid, int4_available, quantize_target_weights,
-                                      weight_scheme)
+from treespec.models.quantize import (
+    AUTO_WEIGHTS,
+    SCHEMES,
+    holds_int4_grid,
+    int4_available,
+    quantize_target_weights,
+    weight_scheme,
+)
 from treespec.plan.costs import DRAFT_WIDTHS, LatencyProfile, measure_latency, measure_overheads
 from treespec.plan.planner import plan_tree
 
