@@ -23,6 +23,11 @@ The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 
 (codes 0..63, w = (code - 32) * scale) and an fp32 scale per 16 or 32 inputs, the codes turned into bf16 by a
 64-entry table, the same row-independent sums. It lets a Q4_K_M target (the Qwen2.5-Coder 1.5B: Q6_K v_proj and
 down_proj in half its layers and its LM head) run every product on treespec's kernels, the whole pass in C.
+
+Both kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
+VBMI: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times an fp32 scale, the
+group sums by `vpdpbusd` (exact in int32), the codes in the same layouts (one byte permutation per 64 weights). Rows
+stay independent. `treespec.models.quantize.set_activations` switches a model's layers.
 """
 
 from __future__ import annotations
