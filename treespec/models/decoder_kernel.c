@@ -96,8 +96,10 @@ static int product(const Product *product, const float *x, int64_t m, float *out
         const Part *p = &product->parts[i];
         float *at = out + column;
         const int failed = p->bits == 6
-            ? treespec_int6_matmul(x, (int)p->x_format, p->codes, p->scale, at, m, p->in, p->padded, p->group, ldc, threads)
-            : treespec_int4_matmul(x, (int)p->x_format, p->codes, p->scale, p->minimum, at, m, p->in, p->padded, ldc, threads);
+            ? treespec_int6_matmul(x, (int)p->x_format, p->codes, p->scale, at, m, p->in, p->padded, p->group, ldc,
+                                   threads)
+            : treespec_int4_matmul(x, (int)p->x_format, p->codes, p->scale, p->minimum, at, m, p->in, p->padded, ldc,
+                                   threads);
         if (failed) return failed;
         if (p->bias != NULL)
             for (int64_t r = 0; r < m; r++)

@@ -112,8 +112,8 @@ int treespec_int8_rows(const float *x, int64_t m, int64_t k, Int8Rows *rows) {
 #endif
 
 #if TREESPEC_INT8
-/* The int8 form of `tile` (x_format X_FP32_TO_INT8): x rounded to int8 with an fp32 scale per 32 inputs (treespec_int8_rows),
- * each group's integer dot product by vpdpbusd (four code-by-input products per int32 lane, exact), then
+/* The int8 form of `tile` (x_format X_FP32_TO_INT8): x rounded to int8 with an fp32 scale per 32 inputs
+ * (treespec_int8_rows), each group's integer dot product by vpdpbusd (four code-by-input products per int32 lane, exact), then
  * sum_j w_j x_j = x_scale * (scale * dot + min * sum_j q_j) in fp32. The codes of two pairs (k = 32 g + 4 i .. + 3)
  * become the 64 bytes vpdpbusd takes (column c's four codes in lane c) by one byte permutation and a nibble shift. */
 static inline __attribute__((always_inline)) void tile_int8(
