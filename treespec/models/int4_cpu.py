@@ -57,7 +57,8 @@ NEEDED_FLAGS = ("avx512_bf16", "avx512bw", "avx512f")
 BLOCK = 16  # output columns per block of the layout
 GROUP = 32  # input weights per scale and minimum
 ACTIVATIONS = ("bf16", "int8")  # how a product takes its inputs: rounded to bf16, or to int8 with a scale per 32
-_X_FORMAT = {("float32", "bf16"): 0, ("bfloat16", "bf16"): 1, ("float32", "int8"): 2}  # activations.h's formats
+# activations.h's input formats: (input dtype, activations) -> format
+_X_FORMAT = {(torch.float32, "bf16"): 0, (torch.bfloat16, "bf16"): 1, (torch.float32, "int8"): 2}
 X_UNSUPPORTED = -2  # a kernel's status where this build has no int8 form
 
 
@@ -147,7 +148,12 @@ def x_format(x: torch.Tensor, activations: str) -> tuple[torch.Tensor, int]:
         raise ValueError(f"unknown activations {activations!r}; choose one of {ACTIVATIONS}")
     if x.dtype is not torch.float32 and (x.dtype is not torch.bfloat16 or activations == "int8"):
         x = x.float()
-    return x.contiguous(), _X_FORMAT[str(x.dtype).removeprefix("torch."), activations]
+    return x.contiguous(), _X_FORMAT[x.dtype, activations]
+
+
+def fp32_format(activations: str) -> int:
+    """The activations.h format of fp32 inputs taken as `activations` (the C pass's inputs are fp32)."""
+    return _X_FORMAT[torch.float32, activations]
 
 
 def kernel_name() -> str:

@@ -140,7 +140,7 @@ def _part(layer: Int4Linear | Int6Linear) -> _Part:
     return _Part(6 if six else 4, layer.kernel_codes.data_ptr(), layer.kernel_scale.data_ptr(),
                  None if six else layer.kernel_minimum.data_ptr(), None if layer.bias is None else layer.bias.data_ptr(),
                  layer.in_features, layer.out_features, layer.kernel_codes.shape[0] * int4_cpu.BLOCK,
-                 layer.group if six else int4_cpu.GROUP, int4_cpu.x_format(torch.empty(0), layer.activations)[1])
+                 layer.group if six else int4_cpu.GROUP, int4_cpu.fp32_format(layer.activations))
 
 
 def _product(projection) -> _Product:

@@ -18,7 +18,7 @@ from treespec.models import int4_cpu
 from treespec.models.eagle_head import EagleDraftModel, set_output_dtype
 from treespec.models.layouts import set_linear_layout
 from treespec.models.loading import dtype_name, to_dtype
-from treespec.models.quantize import INT8_ACTIVATIONS, Int4Linear, quantize_draft_weights
+from treespec.models.quantize import INT8_ACTIVATIONS, Int4Linear, fully_held, quantize_draft_weights
 
 BF16_HEAD = "float32+bfloat16_head"  # an EAGLE head in fp32 whose output layer (lm_head) is bf16
 INT4_DRAFT = "int4"  # a draft whose linear layers are 4-bit codes (norms and activations exact fp32)
@@ -41,8 +41,7 @@ def precision_name(model: torch.nn.Module) -> str:
 
 def draft_precision_name(model: torch.nn.Module) -> str:
     """A draft's precision: `precision_name`, or `INT4_DRAFT` for a causal LM whose linear layers are 4-bit codes."""
-    if not any(isinstance(m, torch.nn.Linear) for m in model.modules()) and any(
-            isinstance(m, Int4Linear) for m in model.modules()):
+    if fully_held(model):
         return INT4_DRAFT
     return precision_name(model)
 

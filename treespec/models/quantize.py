@@ -367,8 +367,8 @@ class Int6Linear(torch.nn.Module):
     """A linear layer whose weight is a 6-bit grid, w = (code - 32) * scale with codes 0..63 and a scale per group of
     16 or 32 inputs (`int6_grid`: a GGUF's Q6_K and Q5_0 tensors, exactly), on treespec's 6-bit kernel
     (`int4_cpu.int6_matmul`): a byte per weight and an fp32 scale per group, 10 or 9 bits a weight against fp32's 32.
-    The input is rounded to bf16 as in every 4-bit product. Output rows are padded to a multiple of 16 (zero
-    weights) and cut off after the multiplication."""
+    Its input is rounded to bf16, or to int8 (`set_activations`), as in the 4-bit products. Output rows are padded to
+    a multiple of 16 (zero weights) and cut off after the multiplication."""
 
     def __init__(self, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_features: int,
                  activations: str = "bf16"):
@@ -382,7 +382,8 @@ class Int6Linear(torch.nn.Module):
         self.register_buffer("bias", bias)  # [O] or None
 
     @classmethod
-    def from_grid(cls, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> Int6Linear:
+    def from_grid(cls, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                  activations: str = "bf16") -> Int6Linear:
         """The layer of weight (codes - 32) * scale: codes [O, I] uint8 in 0..63, scale [O, I / group] fp32."""
         out_features = codes.shape[0]
         pad = -out_features % ROW_BLOCK
@@ -390,7 +391,7 @@ class Int6Linear(torch.nn.Module):
             codes = torch.cat([codes, codes.new_full((pad, codes.shape[1]), INT6_ZERO)])
             scale = torch.cat([scale, scale.new_zeros(pad, scale.shape[1])])
         bias = None if bias is None else bias.detach().clone()
-        return cls(*int4_cpu.to_int6_layout(codes, scale), bias, out_features)
+        return cls(*int4_cpu.to_int6_layout(codes, scale), bias, out_features, activations)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear) -> Int6Linear | None:
@@ -422,9 +423,7 @@ class Int6Linear(torch.nn.Module):
         codes, scale = self.grid()
         index = torch.as_tensor(index, dtype=torch.long)
         bias = None if self.bias is None else self.bias[index]
-        layer = Int6Linear.from_grid(codes[index].contiguous(), scale[index].contiguous(), bias)
-        layer.activations = self.activations
-        return layer
+        return Int6Linear.from_grid(codes[index].contiguous(), scale[index].contiguous(), bias, self.activations)
 
     def weight_fp32(self) -> torch.Tensor:
         """The weight [O, I] in fp32 that the layer multiplies by."""
@@ -502,6 +501,13 @@ def weight_scheme(model: torch.nn.Module) -> str | None:
     if not held:
         return None
     return INT8_ACTIVATIONS if any(m.activations == "int8" for m in held) else "int4"
+
+
+def fully_held(model: torch.nn.Module) -> bool:
+    """Whether every linear layer of `model` is held as codes (no nn.Linear left, some 4- or 6-bit layer): it then
+    has no dtype or weight layout left to choose."""
+    return not any(isinstance(m, torch.nn.Linear) for m in model.modules()) and any(
+        isinstance(m, (Int4Linear, Int6Linear)) for m in model.modules())
 
 
 def set_activations(model: torch.nn.Module, activations: str) -> torch.nn.Module:

@@ -75,6 +75,7 @@ from treespec.models.precision import BF16_HEAD, INT4_DRAFT, configure, draft_pr
 from treespec.models.quantize import (
     AUTO_WEIGHTS,
     SCHEMES,
+    fully_held,
     holds_int4_grid,
     int4_available,
     quantize_target_weights,
@@ -356,7 +357,7 @@ def auto_profile(
     layouts = list(LAYOUTS) if layout == "auto" and device.type == "cpu" else ["standard" if layout == "auto" else layout]
     if layout == "auto" and device.type == "cpu" and onednn_available():
         layouts.append(ONEDNN)
-    if weight_scheme(target) and not any(isinstance(m, torch.nn.Linear) for m in target.modules()):
+    if fully_held(target):
         dtypes, layouts = ["float32"], ["standard"]  # every product held as codes (the Qwen target): nothing to choose
     draft_dtypes = draft_precisions(draft, dtypes, device) if draft is not None else []
     int4_layouts = _int4_layouts(target, target_weights, dtypes, layouts)
@@ -392,7 +393,7 @@ def auto_profile(
     common = {"prefix_len": prefix_len, "repeats": repeats, "warmup": warmup, "draft_vocab": draft_vocab,
               "max_seconds": max_seconds / (2 * configurations) if max_seconds else None}
     # a draft whose linear layers are all 4-bit (treespec.models.quantize) has no weights for a layout to store
-    quantized = draft is not None and not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
+    quantized = draft is not None and fully_held(draft)
     draft_layouts = ["standard"] if quantized else layouts
     draft_configurations = sum(1 if d == INT4_DRAFT else len(draft_layouts) for d in draft_dtypes)
     total = configurations + draft_configurations + extras + len(int4_layouts) + 2
