@@ -41,6 +41,8 @@ def test_the_layout_keeps_every_code_scale_and_minimum():
         int4_cpu.to_kernel_layout(codes[:40], scale[:40], minimum[:40])
     with pytest.raises(ValueError, match="form"):
         int4_cpu.check_layout(packed, scale_k.view(torch.float32), minimum_k)
+    with pytest.raises(ValueError, match="fp16's range"):  # scales and minimums are held in fp16
+        int4_cpu.to_kernel_layout(codes, scale * 1e9, minimum)
 
 
 @needs_kernel
@@ -79,7 +81,7 @@ def test_an_int4_layer_on_either_kernel_is_the_same_function_up_to_rounding():
     assert torch.allclose(mine(x), x @ mine.weight_fp32().T + linear.bias, atol=2e-2)
     head = mine.rows(torch.tensor([3, 0, 39]))  # a vocabulary subset keeps the kernel and the codes
     assert head.kernel == "treespec" and torch.equal(head(x), mine(x)[..., [3, 0, 39]])
-    assert mine.to(torch.bfloat16).kernel_scale.dtype == torch.int32  # Module.to leaves the fp32 bits alone
+    assert mine.to(torch.bfloat16).kernel_scale.dtype == torch.int16  # Module.to leaves the fp16 bits alone
 
 
 def test_the_kernel_can_be_turned_off(monkeypatch):
@@ -99,7 +101,7 @@ def _int6_grid(rows: int, cols: int, group: int, seed: int = 0):
     """codes 0..63 and a scale of either sign per group, as a Q6_K tensor's sub-blocks (d * sc) hold them."""
     generator = torch.Generator().manual_seed(seed)
     codes = torch.randint(0, 64, (rows, cols), generator=generator, dtype=torch.uint8)
-    scale = torch.randn(rows, cols // group, generator=generator).half().float() * 0.01
+    scale = (torch.randn(rows, cols // group, generator=generator) * 0.01).half().float()  # held in fp16
     return codes, scale
 
 

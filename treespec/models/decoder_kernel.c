@@ -22,15 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale,
-                         const float *minimum, float *out, int64_t m, int64_t k, int64_t n, int64_t ldc, int threads);
-int treespec_int6_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const float *scale, float *out,
+int treespec_int4_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const uint16_t *scale,
+                         const uint16_t *minimum, float *out, int64_t m, int64_t k, int64_t n, int64_t ldc, int threads);
+int treespec_int6_matmul(const void *x_in, int x_is_bf16, const uint8_t *codes, const uint16_t *scale, float *out,
                          int64_t m, int64_t k, int64_t n, int64_t group, int64_t ldc, int threads);
 
 typedef struct {
     int64_t bits;  /* 4: int4_kernel.c's codes, scales and minimums; 6: int6_kernel.c's codes and scales */
     const uint8_t *codes;
-    const float *scale, *minimum;  /* minimum: 4 bits only */
+    const uint16_t *scale, *minimum;  /* fp16 bits; minimum: 4 bits only */
     const float *bias;  /* [out] or NULL */
     int64_t in, out, padded, group;  /* padded: the columns the kernel writes (out rounded up to 16); group: 6 bits */
     int64_t x_format;  /* how the kernel takes its fp32 inputs: X_FP32_TO_BF16 or X_FP32_TO_INT8 (activations.h) */

@@ -1,7 +1,8 @@
 /* treespec's CPU kernel for 6-bit weights: out[M, N] (rows ldc apart) = x[M, K] @ W.T, W [N, K] held as codes 0..63,
- * one per byte, with one fp32 scale per output column and group of G consecutive input weights (G = 16 or 32):
- * w = scale * (code - 32). A GGUF's Q6_K tensors (16-weight sub-blocks, each with its own scale d * sc) and Q5_0
- * tensors (32-weight blocks, values -16..15) lie on this grid exactly; treespec.models.quantize.Int6Linear holds them.
+ * one per byte, with one fp16 scale per output column and group of G consecutive input weights (G = 16 or 32):
+ * w = scale * (code - 32). A GGUF's Q5_0 tensors (32-weight blocks, values -16..15, an fp16 scale) lie on this grid
+ * exactly, its Q6_K tensors (16-weight sub-blocks, each with its own scale d * sc) up to the fp16 rounding of d * sc;
+ * treespec.models.quantize.Int6Linear holds them.
  *
  * Built with int4_kernel.c by treespec.models.int4_cpu (-march=native); it needs AVX-512 BF16 (vdpbf16ps). A 64-entry
  * table (vpermt2w) turns each code into the bf16 value code - 32, exact in bf16, so each group's dot product with the
@@ -11,7 +12,7 @@
  *
  * Layout of the codes (uint8 [N / 16, K / 2, 16, 2]): for column block b and pair p of inputs (k = 2 p + {0, 1}),
  * 32 bytes, column 16 b + c at byte 2 c + (k - 2 p): widened to words they are the bf16 pairs vdpbf16ps pairs with x's
- * two inputs, one fp32 lane per column. scale: fp32 [N / 16, K / G, 16].
+ * two inputs, one fp32 lane per column. scale: fp16 [N / 16, K / G, 16].
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@
 #include "row_tiles.h"
 
 static inline __attribute__((always_inline)) void tile(
-        const int rows, const uint16_t *x, const uint8_t *codes, const float *scale, float *out, const int64_t k,
+        const int rows, const uint16_t *x, const uint8_t *codes, const uint16_t *scale, float *out, const int64_t k,
         const int64_t group, const int64_t ldc, const int64_t b, const int64_t r0, const __m512i low,
         const __m512i high) {
     const int64_t groups = k / group, pairs = group / 2;
@@ -39,7 +40,7 @@ static inline __attribute__((always_inline)) void tile(
                 dot[r] = _mm512_dpbf16_ps(dot[r], (__m512bh)weights, (__m512bh)_mm512_set1_epi32(pair));
             }
         }
-        const __m512 s = _mm512_loadu_ps(scale + (b * groups + g) * 16);
+        const __m512 s = half_to_float(scale + (b * groups + g) * 16);
         for (int r = 0; r < rows; r++) total[r] = _mm512_fmadd_ps(dot[r], s, total[r]);
     }
     for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + (r0 + r) * ldc + 16 * b, total[r]);
@@ -53,7 +54,7 @@ static inline __attribute__((always_inline)) void tile(
  * sum_j w_j x_j = x_scale * scale * (dot - 32 sum_j q_j) in fp32. Two pairs' 64 bytes (k = 4 i .. 4 i + 3) become
  * column c's four codes in lane c by one byte permutation. */
 static inline __attribute__((always_inline)) void tile_int8(
-        const int rows, const Int8Rows *x, const uint8_t *codes, const float *scale, float *out, const int64_t k,
+        const int rows, const Int8Rows *x, const uint8_t *codes, const uint16_t *scale, float *out, const int64_t k,
         const int64_t group, const int64_t ldc, const int64_t b, const int64_t r0, const __m512i order) {
     const int64_t groups = k / group, fours = group / 4, per_scale = 32 / group;
     __m512 total[ROW_TILE];
@@ -69,7 +70,7 @@ static inline __attribute__((always_inline)) void tile_int8(
                 dot[r] = _mm512_dpbusd_epi32(dot[r], weights, _mm512_set1_epi32(four));
             }
         }
-        const __m512 s = _mm512_loadu_ps(scale + (b * groups + g) * 16);
+        const __m512 s = half_to_float(scale + (b * groups + g) * 16);
         for (int r = 0; r < rows; r++) {
             const int32_t sum = group == 16 ? x->sums16[(r0 + r) * groups + g] : x->sums32[(r0 + r) * groups + g];
             const __m512i centred = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(32 * sum));
@@ -81,7 +82,7 @@ static inline __attribute__((always_inline)) void tile_int8(
 }
 
 /* the int8 form of treespec_int6_matmul */
-static int int6_matmul_int8(const float *x_in, const uint8_t *codes, const float *scale, float *out, int64_t m,
+static int int6_matmul_int8(const float *x_in, const uint8_t *codes, const uint16_t *scale, float *out, int64_t m,
                             int64_t k, int64_t n, int64_t group, int64_t ldc, int threads) {
     Int8Rows rows;
     if (treespec_int8_rows(x_in, m, k, &rows)) return -1;
@@ -102,7 +103,7 @@ static int int6_matmul_int8(const float *x_in, const uint8_t *codes, const float
 
 /* x: [m, k] in x_format (activations.h); out: fp32, row r's n outputs at out + r * ldc (n a multiple of 16, k of
  * 32, group 16 or 32); threads: OpenMP threads over column blocks. Returns 0, or -1 when out of memory. */
-int treespec_int6_matmul(const void *x_in, int x_format, const uint8_t *codes, const float *scale, float *out,
+int treespec_int6_matmul(const void *x_in, int x_format, const uint8_t *codes, const uint16_t *scale, float *out,
                          int64_t m, int64_t k, int64_t n, int64_t group, int64_t ldc, int threads) {
     if (x_format == X_FP32_TO_INT8)
 #if TREESPEC_INT8

@@ -10,13 +10,14 @@ weights (4.7 against 7.0 for 4 rows, 8.2 against 9.3 for 8; slower for 16: 12.7 
 Scheme (``int4``): per output row, groups of `GROUP` consecutive input weights share a scale and a zero point,
 codes 0..15, asymmetric min/max rounding: w ~= (code - 8) * scale + zero. A Q4_K GGUF (the Qwen pair's) stores
 4-bit codes in 32-weight sub-blocks with a scale and a minimum each: where a sub-block uses codes 0 and 15, groups
-of 32 give its values back up to the bf16 rounding of scale and zero. Multiplication runs in bf16 through torch's
-CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`), which wants the output size to be a multiple of
-16; scales and zero points are held in bf16.
+of 32 give its values back up to the rounding of scale and zero. Where treespec's kernels run (`int4_cpu`), scales
+and minimums are held in fp16 (exact for Q4_0 / Q4_1 / Q5_0 / Q8_0 scales, within 2^-11 of a Q4_K / Q6_K's d * sc).
+Elsewhere multiplication runs in bf16 through torch's CPU int4 kernel (`torch.ops.aten._weight_int4pack_mm_for_cpu`),
+which wants the output size to be a multiple of 16; scales and zero points are held in bf16.
 
 A target's weights cannot be rounded: its outputs are what treespec keeps. But a target loaded from a 4-bit GGUF
 (the default target is a Q4_1 GGUF, dequantized when loaded) already lies on such a grid: `quantize_target_weights`
-holds exactly those layers as 4-bit codes (a quarter of bf16's bytes per pass), Q8_0 tensors as two 4-bit planes
+holds those layers as 4-bit codes (about a third of bf16's bytes per pass), Q8_0 tensors as two 4-bit planes
 (`Int8Linear`) and Q6_K / Q5_0 tensors as 6-bit codes (`Int6Linear`), and leaves the others as they are.
 
 Scheme ``int4-a8`` (`INT8_ACTIVATIONS`): the same codes, every product on treespec's kernels taking its inputs
@@ -44,11 +45,13 @@ ROW_BLOCK = 16  # the CPU kernel packs output rows in blocks of 16
 
 def int4_grid(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """weight [O, I] (I a multiple of `group`) -> (codes [O, I] uint8 in 0..15, scale [O, I / group], minimum
-    [O, I / group], fp32): asymmetric min/max rounding, weight ~= codes * scale + minimum groupwise."""
+    [O, I / group], fp32 holding fp16 values, as treespec's kernels hold them): asymmetric min/max rounding,
+    weight ~= codes * scale + minimum groupwise."""
     rows, cols = weight.shape
     grouped = weight.detach().float().reshape(rows, cols // group, group)
     low, high = grouped.amin(-1, keepdim=True), grouped.amax(-1, keepdim=True)
-    scale = ((high - low) / 15).clamp_min(1e-12)
+    low = low.half().float()
+    scale = ((high - low) / 15).half().float().clamp_min(2.0 ** -24)  # fp16's smallest subnormal
     codes = torch.clamp(torch.round((grouped - low) / scale), 0, 15).to(torch.uint8).reshape(rows, cols)
     return codes, scale[..., 0], low[..., 0]
 
@@ -109,7 +112,7 @@ def _shaped_like(out: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None, 
 class Int4Linear(torch.nn.Module):
     """A linear layer whose weight is held as 4-bit codes (`int4_grid`): `packed` for torch's kernel and, where
     treespec's kernel runs (`treespec.models.int4_cpu`), `kernel_codes`, `kernel_scale` and `kernel_minimum` for
-    it (fp32 scales and minimums: the grid as found); with `keep_codes`, `codes` too (one per byte), so that `rows`
+    it (scales and minimums rounded to fp16); with `keep_codes`, `codes` too (one per byte), so that `rows`
     can slice them (the kernels' blocks of 16 rows cannot be sliced). Output rows are padded to a multiple of 16
     with zero codes and cut off after the multiplication. Which kernel a layer uses is fixed when it is built, so
     that every pass of a model multiplies the same way."""
@@ -131,8 +134,8 @@ class Int4Linear(torch.nn.Module):
         if kernel is not None:
             int4_cpu.check_layout(*kernel)
         self.register_buffer("kernel_codes", codes_k)  # [O' / 16, I / 32, 16, 16] uint8 (int4_cpu's layout)
-        self.register_buffer("kernel_scale", scale_k)  # [O' / 16, I / 32, 16]: fp32 bits as int32
-        self.register_buffer("kernel_minimum", minimum_k)  # [O' / 16, I / 32, 16]: fp32 bits as int32
+        self.register_buffer("kernel_scale", scale_k)  # [O' / 16, I / 32, 16]: fp16 bits as int16
+        self.register_buffer("kernel_minimum", minimum_k)  # [O' / 16, I / 32, 16]: fp16 bits as int16
 
     @property
     def kernel(self) -> str:
@@ -158,7 +161,7 @@ class Int4Linear(torch.nn.Module):
     def from_grid(cls, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bias: torch.Tensor | None,
                   group: int = GROUP, keep_codes: bool = True, kernel: str | None = None) -> Int4Linear:
         """The layer of weight codes * scale + minimum: codes [O, I] uint8 in 0..15, scale and minimum [O, I / group]
-        fp32 (held exactly by treespec's kernel, rounded to bf16 by torch's), bias [O] or None."""
+        fp32 (rounded to fp16 by treespec's kernel, to bf16 by torch's), bias [O] or None."""
         out_features = codes.shape[0]
         pad = -out_features % ROW_BLOCK
         if pad:
@@ -378,7 +381,7 @@ class Int6Linear(torch.nn.Module):
         self.in_features = codes.shape[1] * 2
         self.group = self.in_features // scale.shape[1]
         self.register_buffer("kernel_codes", codes)  # [O' / 16, I / 2, 16, 2] uint8 (int4_cpu.to_int6_layout)
-        self.register_buffer("kernel_scale", scale)  # [O' / 16, I / group, 16]: fp32 bits as int32
+        self.register_buffer("kernel_scale", scale)  # [O' / 16, I / group, 16]: fp16 bits as int16
         self.register_buffer("bias", bias)  # [O] or None
 
     @classmethod
