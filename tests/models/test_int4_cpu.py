@@ -108,9 +108,11 @@ def _int6_grid(rows: int, cols: int, group: int, seed: int = 0):
 def test_the_6_bit_layout_keeps_every_code_and_scale():
     codes, scale = _int6_grid(48, 64, 16)
     packed, scale_k = int4_cpu.to_int6_layout(codes, scale)
-    assert packed.shape == (3, 32, 16, 2) and packed.dtype == torch.uint8
-    b, p, c, e = 2, 7, 11, 1  # column 16 b + c, input 2 p + e
-    assert int(packed[b, p, c, e]) == int(codes[16 * b + c, 2 * p + e])
+    assert packed.shape == (3, 4, 192) and packed.dtype == torch.uint8  # six bits a weight
+    b, s, v, c, t = 2, 3, 1, 11, 2  # column 16 b + c, input 16 s + 4 v + t: low bits in byte 4 c + t's high nibble
+    code = int(codes[16 * b + c, 16 * s + 4 * v + t])
+    assert int(packed[b, s, 4 * c + t]) >> 4 == code & 15
+    assert (int(packed[b, s, 128 + 4 * c + t]) >> (2 * v)) & 3 == code >> 4  # its top two bits
     back = int4_cpu.from_int6_layout(packed, scale_k)
     assert torch.equal(back[0], codes) and torch.equal(back[1], scale)
     with pytest.raises(ValueError, match="multiple of 16"):

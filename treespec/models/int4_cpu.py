@@ -5,7 +5,7 @@ torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) converts each weight to 
 cost grows with every input row: on an AMD EPYC (2 cores, avx512_bf16, 2026-12-04) the 120 products of one
 SmolLM2-135M pass took 4.9 / 7.1 / 12.5 / 24.5 / 349 ms for 1 / 4 / 8 / 16 / 243 rows. treespec's kernel
 multiplies the 4-bit codes, exact in bf16, by the input rounded to bf16 with AVX-512 BF16 dot products (two products per
-fp32 lane per instruction), and applies each group's fp32 scale and minimum to the group's sums:
+fp32 lane per instruction), and applies each group's scale and minimum to the group's sums in fp32:
 4.5 / 5.6 / 7.8 / 14.3 / 168 ms for the same products, called from Python (the kernel alone, 1 and 8 rows: 3.1 and
 6.5 ms). Every output element's sums run in the same order whatever the number of rows, the rows around it and the
 threads, so a tree pass and a one-token pass give the same outputs bit for bit.
@@ -22,9 +22,9 @@ exactly and a Q4_K / Q6_K's products d * sc to within 2^-11 of each; against fp3
 bytes (1181 against 1374 MB for the Qwen2.5-Coder 1.5B) and took 11% less time for one token, 7% for five (AMD
 EPYC, 2 cores, 2026-12-06).
 
-The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 tensors: a byte per weight
-(codes 0..63, w = (code - 32) * scale) and an fp16 scale per 16 or 32 inputs, the codes turned into bf16 by a
-64-entry table, the same row-independent sums. It lets a Q4_K_M target (the Qwen2.5-Coder 1.5B: Q6_K v_proj and
+The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 tensors: six bits per weight
+(codes 0..63, w = (code - 32) * scale; a plane of low nibbles and one of top bit pairs) and an fp16 scale per 16 or
+32 inputs, the codes turned into bf16 by a 64-entry table, the same row-independent sums. It lets a Q4_K_M target (the Qwen2.5-Coder 1.5B: Q6_K v_proj and
 down_proj in half its layers and its LM head) run every product on treespec's kernels, the whole pass in C.
 
 Both kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
@@ -254,20 +254,30 @@ def _call(function, name: str, *arguments) -> None:
 
 def to_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """codes [O, I] uint8 (0..63: w = scale * (code - 32)), scale [O, I / G] (G in INT6_GROUPS) -> the 6-bit kernel's
-    (codes [O / 16, I / 2, 16, 2] uint8, scale [O / 16, I / G, 16]: fp16 bits as int16); O a multiple of 16."""
+    (codes [O / 16, I / 16, 192] uint8: six bits a weight, see int6_kernel.c; scale [O / 16, I / G, 16]: fp16 bits as
+    int16); O a multiple of 16."""
     rows, cols = codes.shape
     group = cols // scale.shape[1]
     if rows % BLOCK or group not in INT6_GROUPS or cols != group * scale.shape[1] or scale.shape[0] != rows:
         raise ValueError(f"the 6-bit kernel needs codes [O, I] with O a multiple of {BLOCK} and a scale per group of "
                          f"{' or '.join(map(str, INT6_GROUPS))} inputs; got {rows} x {cols} with scale {tuple(scale.shape)}")
-    arranged = codes.reshape(rows // BLOCK, BLOCK, cols // 2, 2).transpose(1, 2).contiguous()
-    return arranged, half_bits(scale.reshape(rows // BLOCK, BLOCK, -1).transpose(1, 2))
+    # [block, column, slice, v, t] -> [block, slice, v, 4 column + t]: each slice's four vectors in lane order
+    lanes = codes.reshape(rows // BLOCK, BLOCK, cols // 16, 4, 4).permute(0, 2, 3, 1, 4).reshape(
+        rows // BLOCK, cols // 16, 4, 4 * BLOCK)
+    low, top = lanes & 15, lanes >> 4
+    packed = torch.cat([low[:, :, 0] | (low[:, :, 1] << 4), low[:, :, 2] | (low[:, :, 3] << 4),
+                        top[:, :, 0] | (top[:, :, 1] << 2) | (top[:, :, 2] << 4) | (top[:, :, 3] << 6)], dim=-1)
+    return packed.to(torch.uint8).contiguous(), half_bits(scale.reshape(rows // BLOCK, BLOCK, -1).transpose(1, 2))
 
 
 def from_int6_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The inverse of `to_int6_layout`: (codes [O, I] uint8, scale [O, I / G] fp32, fp16 values)."""
-    blocks, pairs = codes.shape[:2]
-    return (codes.transpose(1, 2).reshape(blocks * BLOCK, pairs * 2).contiguous(),
+    blocks, slices = codes.shape[:2]
+    first, second, plane = codes[..., :64], codes[..., 64:128], codes[..., 128:]
+    low = torch.stack([first & 15, first >> 4, second & 15, second >> 4], dim=2)  # [block, slice, v, 64]
+    top = torch.stack([(plane >> (2 * v)) & 3 for v in range(4)], dim=2)
+    lanes = (low | (top << 4)).reshape(blocks, slices, 4, BLOCK, 4).permute(0, 3, 1, 2, 4)
+    return (lanes.reshape(blocks * BLOCK, slices * 16).contiguous(),
             scale.view(torch.float16).float().transpose(1, 2).reshape(blocks * BLOCK, -1))
 
 
@@ -278,8 +288,8 @@ def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, activ
         raise RuntimeError(f"treespec's 6-bit kernel is unavailable: {kernel_unavailable()}")
     x, form = x_format(x, activations)
     rows, cols = x.shape
-    if cols != codes.shape[1] * 2 or not x.is_cpu or (activations == "int8" and cols % GROUP):
-        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 2} inputs"
+    if cols != codes.shape[1] * 16 or not x.is_cpu or (activations == "int8" and cols % GROUP):
+        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for a 6-bit weight of {codes.shape[1] * 16} inputs"
                          f"{' (int8 activations need a multiple of 32)' if activations == 'int8' else ''}")
     out_features, group = codes.shape[0] * BLOCK, cols // scale.shape[1]
     out = torch.empty(rows, out_features)

@@ -368,8 +368,8 @@ def _int6_fit(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None
 
 class Int6Linear(torch.nn.Module):
     """A linear layer whose weight is a 6-bit grid, w = (code - 32) * scale with codes 0..63 and a scale per group of
-    16 or 32 inputs (`int6_grid`: a GGUF's Q6_K and Q5_0 tensors, exactly), on treespec's 6-bit kernel
-    (`int4_cpu.int6_matmul`): a byte per weight and an fp32 scale per group, 10 or 9 bits a weight against fp32's 32.
+    16 or 32 inputs (`int6_grid`: a GGUF's Q6_K and Q5_0 tensors; scales held in fp16), on treespec's 6-bit kernel
+    (`int4_cpu.int6_matmul`): six bits a weight and an fp16 scale per group, 7 or 6.5 bits a weight against fp32's 32.
     Its input is rounded to bf16, or to int8 (`set_activations`), as in the 4-bit products. Output rows are padded to
     a multiple of 16 (zero weights) and cut off after the multiplication."""
 
@@ -378,9 +378,9 @@ class Int6Linear(torch.nn.Module):
         super().__init__()
         self.activations = activations  # how the kernel takes the inputs (`set_activations`)
         self.out_features = out_features
-        self.in_features = codes.shape[1] * 2
+        self.in_features = codes.shape[1] * 16
         self.group = self.in_features // scale.shape[1]
-        self.register_buffer("kernel_codes", codes)  # [O' / 16, I / 2, 16, 2] uint8 (int4_cpu.to_int6_layout)
+        self.register_buffer("kernel_codes", codes)  # [O' / 16, I / 16, 192] uint8 (int4_cpu.to_int6_layout)
         self.register_buffer("kernel_scale", scale)  # [O' / 16, I / group, 16]: fp16 bits as int16
         self.register_buffer("bias", bias)  # [O] or None
 
