@@ -13,7 +13,7 @@ from treespec import policies
 from treespec.app.configs import TreeSpec, build_policy
 from treespec.decode.engine import StepOutcome
 from treespec.decode.sampling import SamplingConfig
-from treespec.decode.tree import DraftTree, TreeShape
+from treespec.decode.tree import DraftTree, TreeShape, kary
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
 from treespec.drafters.source_stats import SourceStats, node_probabilities, paying_candidates
@@ -106,6 +106,28 @@ def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_i
                           temperature=1.0)
 
 
+def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_tree_and_rule():
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    alone = policies.Static(kary([2, 1]), "without_replacement")  # verified on its q
+    merged = policies.Static(kary([2, 1]), "deterministic")
+    sampled = dict(max_new_tokens=16, temperature=0.8, seed=3)
+    no_lookup = policies.Hybrid(merged, ngram_budget=1, model_alone=alone)  # a trie of its root only: never a node
+    for prompt in PROMPTS[:2]:
+        out = treespec.generate(target, draft, prompt, tree=no_lookup, **sampled)
+        assert out.tokens == treespec.generate(target, draft, prompt, tree=alone, **sampled).tokens  # step for step
+        assert [s.accepted for s in out.steps] == [s.accepted for s in
+                                                   treespec.generate(target, draft, prompt, tree=alone, **sampled).steps]
+    greedy = treespec.generate(target, draft, PROMPTS[0], tree=no_lookup, max_new_tokens=12)  # greedy: merged trees
+    assert greedy.tokens == reference(target, PROMPTS[0], 12)
+    text = REPEATING + reference(target, REPEATING, 16)
+    free = StepCosts({1: 1.0, 64: 1.0}, {1: 0.0})  # every lookup node is worth its row: trees beyond the model's 5 nodes
+    out = treespec.generate(target, draft, text + REPEATING, tree=policies.Hybrid(merged, costs=free, model_alone=alone),
+                            max_new_tokens=16, temperature=0.8, seed=0)
+    assert max(s.tree_size for s in out.steps) > 5
+    with pytest.raises(ConfigError, match="drafts from the model"):
+        policies.Hybrid(merged, model_alone=policies.NGram())
+
+
 def _chain_tree(tokens, sources=None, matches=None):
     parents = tuple(range(-1, len(tokens) - 1))
     return DraftTree(torch.tensor(tokens), TreeShape(parents), None, "greedy", None,
@@ -165,6 +187,9 @@ def test_a_hybrid_trees_model_part_can_be_the_planned_tree():
     choice = build_policy(TreeSpec(policy="hybrid", model_policy="sequoia"), accept, profile, "auto")
     planned = build_policy(TreeSpec(policy="sequoia"), accept, profile, "auto")
     assert choice.policy.model.shape == planned.policy.shape and choice.policy.model.children == "deterministic"
+    assert choice.policy.model_alone == planned.policy  # under sampling, where lookup adds nothing: its own rule
+    dynamic = build_policy(TreeSpec(policy="hybrid", model_policy="dynamic", budget=6, max_depth=3), accept, profile)
+    assert dynamic.policy.model_alone is None  # a dynamic tree is verified by the deterministic rule anyway
     assert choice.policy.costs is not None and choice.info["model_tree"]["budget"] == planned.policy.shape.size
     with pytest.raises(ConfigError, match="model_policy"):
         build_policy(TreeSpec(policy="hybrid", model_policy="chain"), accept, profile, "auto")

@@ -22,6 +22,10 @@ target's t(n), one draft level's c; flat and free without a profile):
     draft that step (its drafter catches up on the accepted text instead, `absorb`). In a row that takes
     the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
     row costs the pass at the tree's speed G / T.
+  * under sampling, a merged tree is verified with the deterministic rule, which accepts the model's top-k less
+    often than the model policy's own rule on its q (Sequoia's sampling without replacement). So a step where every
+    row takes the model and no row's n-gram trie has a node that would join drafts with `model_alone`, the model
+    policy as it drafts alone: the hybrid is then the model's tree exactly, verified by its own rule.
 
 Each row keeps its own statistics and choices, so a row of a batch drafts as it would alone.
 
@@ -32,7 +36,7 @@ copies its input (editing code) long n-gram chains are accepted and the model's 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -262,7 +266,9 @@ class Hybrid:
     children="deterministic") and the n-gram trie (`ngram_budget` nodes, `ngram_depth` levels) merged under the
     plan of the module docstring; `costs` (a `StepPrices`, such as treespec.plan.costs.StepCosts at the batch size)
     price its choices. A row whose model has not drafted for `probe` steps drafts with it again, so that its measured
-    worth follows the text (as the lookahead window is probed)."""
+    worth follows the text (as the lookahead window is probed). `model_alone`: the model policy as it drafts alone
+    under sampling (its own rule, with q), for the steps where no n-gram node would join the model's tree (see the
+    module docstring); None: the merged tree every step."""
 
     model: object
     ngram_budget: int = 12
@@ -274,11 +280,12 @@ class Hybrid:
     pool_size: int = 8
     probe: int = 8
     costs: StepPrices | None = field(default=None, compare=False)
+    model_alone: object | None = None
     name: str = field(default="hybrid")
     sources: tuple[str, ...] = field(default=("model", "ngram"), init=False)
 
     def __post_init__(self):
-        if getattr(self.model, "sources", ("model",)) != ("model",):
+        if any(getattr(m, "sources", ("model",)) != ("model",) for m in (self.model, self.model_alone) if m is not None):
             raise ConfigError("a hybrid tree's model policy drafts from the model (Static, Dynamic, Adaptive)")
 
     def describe(self) -> dict:
@@ -323,6 +330,13 @@ class Hybrid:
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
             drafter.note_trees(ngram_trees, model_ran=False)
             return ngram_trees
+        if (self.model_alone is not None and not sampling.greedy and all(use_model)
+                and not any(any(self._joins(f, t.sources, model_nodes, levels, length)[1:])
+                            for f, t, length in zip(found, ngram_trees, lengths))):
+            trees = [replace(t, sources=("",) + ("model",) * (t.shape.size - 1))
+                     for t in self.model_alone.draft(drafter.model, roots, sampling, generators, eos, max_levels)]
+            drafter.note_trees(trees, model_ran=True)
+            return trees
         model_trees = self.model.draft(drafter.model, roots, sampling, generators, eos, max_levels)
         trees = []
         for row, (model_tree, ngram_tree, f) in enumerate(zip(model_trees, ngram_trees, found)):
@@ -334,10 +348,14 @@ class Hybrid:
                 continue
             model_tree = DraftTree(model_tree.tokens, model_tree.shape, None, mode, model_tree.drafter_ids,
                                    ("",) + ("model",) * (model_tree.shape.size - 1))
-            n = model_tree.shape.size
-            speed = (1 + lengths[row]) / step_cost(self.costs, n, levels)  # tokens per unit of step time, the model's tree alone
-            keep = [True] + [f[v] > speed * (step_cost(self.costs, n + 1, levels) - step_cost(self.costs, n, levels))
-                             or "jacobi" in ngram_tree.sources[v].split("+") for v in range(1, len(f))]
+            keep = self._joins(f, ngram_tree.sources, model_tree.shape.size, levels, lengths[row])
             trees.append(merge(model_tree, ngram_tree, keep))
         drafter.note_trees(trees, model_ran=True)
         return trees
+
+    def _joins(self, found: Sequence[float], sources: Sequence[str], n: int, levels: int, length: float) -> list[bool]:
+        """Which nodes of a row's n-gram trie join a model tree of n nodes (the root always): those whose probability
+        `found` beats what their row costs at the model tree's speed, and a lookahead window's."""
+        speed = (1 + length) / step_cost(self.costs, n, levels)  # tokens per unit of step time, the model's tree alone
+        extra = step_cost(self.costs, n + 1, levels) - step_cost(self.costs, n, levels)
+        return [True] + [found[v] > speed * extra or "jacobi" in sources[v].split("+") for v in range(1, len(found))]

@@ -97,6 +97,10 @@ def end_to_end_cases() -> list[dict]:
          "lookup": True, "sampling": {"temperature": 1.0}},
         {"name": "e2e llama lookahead (Jacobi pool + lookup), T=1", "arch": "llama", "tree": "lookahead", "lookup": True,
          "sampling": {"temperature": 1.0}},
+        # the default command's hybrid: a planned tree, merged with the trie (deterministic rule) or, on steps the trie
+        # adds nothing to, drafted and verified by its own rule (sampling without replacement)
+        {"name": "e2e llama hybrid on a planned tree, its own rule where lookup adds nothing, T=0.7", "arch": "llama",
+         "tree": "hybrid_planned", "lookup": True, "sampling": {"temperature": 0.7}},
         {"name": "e2e llama hybrid with a lookahead window, batch of 4 + ragged row, T=0.7 top-p 0.9", "arch": "llama",
          "tree": "hybrid_lookahead", "lookup": True, "batch": 4, "sampling": {"temperature": 0.7, "top_p": 0.9}},
         # Medusa heads: every node at depth d gets head d's proposal, whatever its parent
@@ -135,6 +139,10 @@ def _tree(name: str):
         return NGram(budget=8, depth=4, costs=CUT_COSTS)
     if name == "hybrid_cut":
         return Hybrid(policies.Dynamic(budget=4, depth=3, topk=2), ngram_budget=6, ngram_depth=4, costs=CUT_COSTS)
+    if name == "hybrid_planned":
+        planned = policies.Sequoia(**E2E_TREE)
+        return Hybrid(policies.Static(planned.shape, "deterministic"), ngram_budget=6, ngram_depth=4, costs=CUT_COSTS,
+                      model_alone=planned)
     if name == "lookahead":  # 3 levels: the window's chain would fill a deeper tree, and no step could go on after it
         return Lookahead(budget=8, depth=3, window=3, ngram_size=2, prompt_lookup=True)
     if name == "hybrid_lookahead":
