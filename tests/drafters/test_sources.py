@@ -112,11 +112,17 @@ def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_t
     merged = policies.Static(kary([2, 1]), "deterministic")
     sampled = dict(max_new_tokens=16, temperature=0.8, seed=3)
     no_lookup = policies.Hybrid(merged, ngram_budget=1, model_alone=alone)  # a trie of its root only: never a node
+    twin = tiny_model("llama", seed=0)  # a draft equal to the target: its own rule accepts every first child
     for prompt in PROMPTS[:2]:
-        out = treespec.generate(target, draft, prompt, tree=no_lookup, **sampled)
-        assert out.tokens == treespec.generate(target, draft, prompt, tree=alone, **sampled).tokens  # step for step
-        assert [s.accepted for s in out.steps] == [s.accepted for s in
-                                                   treespec.generate(target, draft, prompt, tree=alone, **sampled).steps]
+        out = treespec.generate(target, twin, prompt, tree=no_lookup, **sampled)
+        assert out.tokens == treespec.generate(target, twin, prompt, tree=alone, **sampled).tokens  # step for step
+    stats = SourceStats()  # the rules' measured lengths, apart
+    for verify_mode, accepted in (("without_replacement", [0, 1, 2]), ("deterministic", [0])):
+        stats.count(DraftTree(torch.tensor([5, 6, 7]), TreeShape((-1, 0, 1)), None, verify_mode, None,
+                              ("", "model", "model")), accepted)
+    assert (stats.model_length("own"), stats.model_length("deterministic"), stats.model_length()) == (1.5, 0.5, 1.0)
+    for prompt in PROMPTS[:2]:  # a weak draft: the rule that measures better wins; the output is the target's either way
+        assert len(treespec.generate(target, draft, prompt, tree=no_lookup, **sampled).tokens) == 16
     greedy = treespec.generate(target, draft, PROMPTS[0], tree=no_lookup, max_new_tokens=12)  # greedy: merged trees
     assert greedy.tokens == reference(target, PROMPTS[0], 12)
     text = REPEATING + reference(target, REPEATING, 16)

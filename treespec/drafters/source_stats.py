@@ -35,6 +35,8 @@ class SourceStats:
         self.accepted = {s: np.zeros(shape) for s in SOURCES}
         self.model_steps, self.model_accepted = 0, 0
         self.model_idle = 0  # steps since the model last drafted
+        self.own_steps, self.own_accepted = 0, 0  # of those, the steps whose tree its own sampling rule verified
+        self.own_idle = 0  # steps since the last of them
         self._rates: dict[tuple[str, int, int], list[float]] = {}  # (source, rank, match) -> rate by depth, until `count`
 
     def _cell(self, source: str, depth: int, rank: int, match: int = 0) -> tuple[int, int, int]:
@@ -57,9 +59,14 @@ class SourceStats:
             self._rates[key] = rates
         return self._rates[key][d]
 
-    def model_length(self) -> float:
-        """The model's mean accepted nodes per step (a prior of 1 before it drafted)."""
-        return (self.model_accepted + 1) / (self.model_steps + 1)
+    def model_length(self, rule: str = "any") -> float:
+        """The model's mean accepted nodes per step (a prior of 1 before it drafted): over every step it drafted
+        ("any"), those whose tree the deterministic rule verified ("deterministic": greedy, merged trees) or those
+        its own sampling rule verified ("own": its q, treespec.drafters.sources.Hybrid.model_alone)."""
+        steps, accepted = {"any": (self.model_steps, self.model_accepted), "own": (self.own_steps, self.own_accepted),
+                           "deterministic": (self.model_steps - self.own_steps,
+                                             self.model_accepted - self.own_accepted)}[rule]
+        return (accepted + 1) / (steps + 1)
 
     def count(self, tree: DraftTree, accepted: Sequence[int]) -> None:
         """One verified tree (`accepted`: its accepted nodes from the root): every node whose parent was accepted was
@@ -77,10 +84,17 @@ class SourceStats:
                     self.accepted[source][cell] += 1
         if any("model" in s.split("+") for s in tree.sources[1:]):
             self.model_steps += 1
-            self.model_accepted += sum("model" in tree.sources[n].split("+") for n in accepted[1:])
+            model_accepted = sum("model" in tree.sources[n].split("+") for n in accepted[1:])
+            self.model_accepted += model_accepted
             self.model_idle = 0
         else:
             self.model_idle += 1
+        if tree.verify_mode not in ("greedy", "deterministic"):  # verified on the model's q: its own sampling rule
+            self.own_steps += 1
+            self.own_accepted += model_accepted
+            self.own_idle = 0
+        else:
+            self.own_idle += 1
 
 
 def node_matches(tree: DraftTree) -> tuple[int, ...]:

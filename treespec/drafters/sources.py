@@ -23,9 +23,12 @@ target's t(n), one draft level's c; flat and free without a profile):
     the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
     row costs the pass at the tree's speed G / T.
   * under sampling, a merged tree is verified with the deterministic rule, which accepts the model's top-k less
-    often than the model policy's own rule on its q (Sequoia's sampling without replacement). So a step where every
-    row takes the model and no row's n-gram trie has a node that would join drafts with `model_alone`, the model
-    policy as it drafts alone: the hybrid is then the model's tree exactly, verified by its own rule.
+    often than the model policy's own rule on its q (Sequoia's sampling without replacement). With `model_alone`,
+    the model policy as it drafts alone, a row weighs the merged tree, (1 + max(E_joined, L_det)) / (t(n + joined)
+    + levels * c + o), against the model's own tree, (1 + L_own) / (t(n) + levels * c + o), where E_joined sums f
+    over the n-gram nodes that would join and L_det, L_own are the model's accepted nodes per step measured under
+    each rule. A step where every row takes the model and prefers its own tree (or where the own rule has not run
+    for `probe` steps) drafts with `model_alone`: the hybrid is then the model's tree exactly, verified by its rule.
 
 Each row keeps its own statistics and choices, so a row of a batch drafts as it would alone.
 
@@ -331,8 +334,8 @@ class Hybrid:
             drafter.note_trees(ngram_trees, model_ran=False)
             return ngram_trees
         if (self.model_alone is not None and not sampling.greedy and all(use_model)
-                and not any(any(self._joins(f, t.sources, model_nodes, levels, length)[1:])
-                            for f, t, length in zip(found, ngram_trees, lengths))):
+                and all(self._prefers_own(f, t.sources, model_nodes, levels, stats)
+                        for f, t, stats in zip(found, ngram_trees, drafter.stats))):
             trees = [replace(t, sources=("",) + ("model",) * (t.shape.size - 1))
                      for t in self.model_alone.draft(drafter.model, roots, sampling, generators, eos, max_levels)]
             drafter.note_trees(trees, model_ran=True)
@@ -352,6 +355,17 @@ class Hybrid:
             trees.append(merge(model_tree, ngram_tree, keep))
         drafter.note_trees(trees, model_ran=True)
         return trees
+
+    def _prefers_own(self, found: Sequence[float], sources: Sequence[str], n: int, levels: int,
+                     stats: SourceStats) -> bool:
+        """Whether a row's step is worth more as the model's own tree (verified by its own sampling rule) than as
+        the merged one (see the module docstring), or the own rule is due for a probe."""
+        if stats.own_idle >= self.probe:
+            return True
+        deterministic = stats.model_length("deterministic")
+        joined = [v for v, kept in enumerate(self._joins(found, sources, n, levels, deterministic)) if kept and v]
+        merged = (1 + max(sum(found[v] for v in joined), deterministic)) / step_cost(self.costs, n + len(joined), levels)
+        return (1 + stats.model_length("own")) / step_cost(self.costs, n, levels) >= merged
 
     def _joins(self, found: Sequence[float], sources: Sequence[str], n: int, levels: int, length: float) -> list[bool]:
         """Which nodes of a row's n-gram trie join a model tree of n nodes (the root always): those whose probability
