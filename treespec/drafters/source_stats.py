@@ -27,7 +27,7 @@ PRIOR = 2.0  # the weight of a rate's prior, in trials
 class SourceStats:
     """P(a node is accepted | its parent was) by source, depth, sibling rank and suffix-match length, counted from
     verified steps (`rate` gives its prior); and the mean number of model nodes accepted per step where the model
-    drafted."""
+    drafted, over all such steps and apart for each verification rule (`model_length`)."""
 
     def __init__(self, depth: int = 16):
         shape = (depth, MAX_RANK, MATCH_CLASSES)
@@ -82,19 +82,18 @@ class SourceStats:
                 self.proposed[source][cell] += 1
                 if node in on_path:
                     self.accepted[source][cell] += 1
+        own = tree.verify_mode not in ("greedy", "deterministic")  # verified on the model's q: its own sampling rule
         if any("model" in s.split("+") for s in tree.sources[1:]):
-            self.model_steps += 1
             model_accepted = sum("model" in tree.sources[n].split("+") for n in accepted[1:])
+            self.model_steps += 1
             self.model_accepted += model_accepted
             self.model_idle = 0
+            if own:
+                self.own_steps += 1
+                self.own_accepted += model_accepted
         else:
             self.model_idle += 1
-        if tree.verify_mode not in ("greedy", "deterministic"):  # verified on the model's q: its own sampling rule
-            self.own_steps += 1
-            self.own_accepted += model_accepted
-            self.own_idle = 0
-        else:
-            self.own_idle += 1
+        self.own_idle = 0 if own else self.own_idle + 1
 
 
 def node_matches(tree: DraftTree) -> tuple[int, ...]:

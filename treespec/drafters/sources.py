@@ -270,7 +270,7 @@ class Hybrid:
     plan of the module docstring; `costs` (a `StepPrices`, such as treespec.plan.costs.StepCosts at the batch size)
     price its choices. A row whose model has not drafted for `probe` steps drafts with it again, so that its measured
     worth follows the text (as the lookahead window is probed). `model_alone`: the model policy as it drafts alone
-    under sampling (its own rule, with q), for the steps where no n-gram node would join the model's tree (see the
+    under sampling (its own rule, with q), for the steps where its tree is worth more than the merged one (see the
     module docstring); None: the merged tree every step."""
 
     model: object
