@@ -1,16 +1,19 @@
-/* How the product kernels (int4_kernel.c, int6_kernel.c) take their input rows x [m, k], the helpers that put fp32
- * rows into those forms (defined in int4_kernel.c), and how the kernels read their fp16 scales. Each row is converted
- * on its own, so a row's products never depend on the other rows of a call. */
+/* How the product kernels (int4_kernel.c and int6_kernel.c, or avx2_kernels.c) take their input rows x [m, k], the
+ * helpers that put fp32 rows into those forms (defined in int4_kernel.c or avx2_kernels.c), and how the AVX-512
+ * kernels read their fp16 scales. Each row is converted on its own, so a row's products never depend on the other
+ * rows of a call. */
 #ifndef TREESPEC_ACTIVATIONS_H
 #define TREESPEC_ACTIVATIONS_H
 
 #include <immintrin.h>
 #include <stdint.h>
 
+#ifdef __AVX512F__
 /* 16 fp16 values (the kernels' per-group scales and minimums) as fp32, exactly */
 static inline __m512 half_to_float(const uint16_t *values) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)values));
 }
+#endif
 
 /* whether this build has the int8 form (vpdpbusd and vpermb) */
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)

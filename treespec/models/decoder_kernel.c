@@ -1,6 +1,6 @@
 /* treespec's decoder pass on the CPU: every layer of a 4-bit Llama-family model over M query rows in one call.
  *
- * Built with int4_kernel.c by treespec.models.int4_cpu (-march=native -ffp-contract=off) and called from
+ * Built with the product kernels by treespec.models.int4_cpu (-march=native -ffp-contract=off) and called from
  * treespec.models.native_pass. It computes what the model's modules compute in treespec's exact arithmetic
  * (treespec.models.exact): each RMSNorm's statistics, the attention and the SiLU in float64, rounded once to fp32;
  * the rotary embedding, the residual additions and the elementwise products in fp32, operation by operation, as
@@ -57,24 +57,100 @@ typedef struct {
     double *seconds;  /* NULL, or [3]: time spent in the products, attention, and the rest, added to */
 } Shape;
 
+/* Eight float64 lanes: one AVX-512 register, or two AVX2 registers where the kernels are built for AVX2
+ * (TREESPEC_AVX2, set by treespec.models.int4_cpu). */
+#if defined(__AVX512F__) && !defined(TREESPEC_AVX2)
+typedef __m512d f64x8;
+static inline f64x8 f64x8_set1(double v) { return _mm512_set1_pd(v); }
+static inline f64x8 f64x8_load(const double *p) { return _mm512_loadu_pd(p); }
+static inline void f64x8_store(double *p, f64x8 v) { _mm512_storeu_pd(p, v); }
+static inline f64x8 f64x8_widen(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+static inline __m256 f64x8_narrow(f64x8 v) { return _mm512_cvtpd_ps(v); }
+static inline f64x8 f64x8_add(f64x8 a, f64x8 b) { return _mm512_add_pd(a, b); }
+static inline f64x8 f64x8_sub(f64x8 a, f64x8 b) { return _mm512_sub_pd(a, b); }
+static inline f64x8 f64x8_mul(f64x8 a, f64x8 b) { return _mm512_mul_pd(a, b); }
+static inline f64x8 f64x8_div(f64x8 a, f64x8 b) { return _mm512_div_pd(a, b); }
+static inline f64x8 f64x8_fmadd(f64x8 a, f64x8 b, f64x8 c) { return _mm512_fmadd_pd(a, b, c); }
+static inline f64x8 f64x8_fnmadd(f64x8 a, f64x8 b, f64x8 c) { return _mm512_fnmadd_pd(a, b, c); }
+static inline f64x8 f64x8_clamp(f64x8 v, double lo, double hi) {
+    return _mm512_min_pd(_mm512_max_pd(v, _mm512_set1_pd(lo)), _mm512_set1_pd(hi));
+}
+static inline f64x8 f64x8_round(f64x8 v) {
+    return _mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* p * 2^n for integer-valued n */
+static inline f64x8 f64x8_scale2(f64x8 p, f64x8 n) { return _mm512_scalef_pd(p, n); }
+static inline double f64x8_sum(f64x8 v) { return _mm512_reduce_add_pd(v); }
+static inline double f64x8_first(f64x8 v) { return _mm512_cvtsd_f64(v); }
+#else
+typedef struct { __m256d lo, hi; } f64x8;
+#define F64X8_MAP(a, op) ((f64x8){op((a).lo), op((a).hi)})
+#define F64X8_ZIP(a, b, op) ((f64x8){op((a).lo, (b).lo), op((a).hi, (b).hi)})
+static inline f64x8 f64x8_set1(double v) { return (f64x8){_mm256_set1_pd(v), _mm256_set1_pd(v)}; }
+static inline f64x8 f64x8_load(const double *p) { return (f64x8){_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+static inline void f64x8_store(double *p, f64x8 v) {
+    _mm256_storeu_pd(p, v.lo);
+    _mm256_storeu_pd(p + 4, v.hi);
+}
+static inline f64x8 f64x8_widen(const float *p) {
+    return (f64x8){_mm256_cvtps_pd(_mm_loadu_ps(p)), _mm256_cvtps_pd(_mm_loadu_ps(p + 4))};
+}
+static inline __m256 f64x8_narrow(f64x8 v) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(v.lo)), _mm256_cvtpd_ps(v.hi), 1);
+}
+static inline f64x8 f64x8_add(f64x8 a, f64x8 b) { return F64X8_ZIP(a, b, _mm256_add_pd); }
+static inline f64x8 f64x8_sub(f64x8 a, f64x8 b) { return F64X8_ZIP(a, b, _mm256_sub_pd); }
+static inline f64x8 f64x8_mul(f64x8 a, f64x8 b) { return F64X8_ZIP(a, b, _mm256_mul_pd); }
+static inline f64x8 f64x8_div(f64x8 a, f64x8 b) { return F64X8_ZIP(a, b, _mm256_div_pd); }
+static inline f64x8 f64x8_fmadd(f64x8 a, f64x8 b, f64x8 c) {
+    return (f64x8){_mm256_fmadd_pd(a.lo, b.lo, c.lo), _mm256_fmadd_pd(a.hi, b.hi, c.hi)};
+}
+static inline f64x8 f64x8_fnmadd(f64x8 a, f64x8 b, f64x8 c) {
+    return (f64x8){_mm256_fnmadd_pd(a.lo, b.lo, c.lo), _mm256_fnmadd_pd(a.hi, b.hi, c.hi)};
+}
+static inline f64x8 f64x8_clamp(f64x8 v, double lo, double hi) {
+    const f64x8 low = f64x8_set1(lo), high = f64x8_set1(hi), raised = F64X8_ZIP(v, low, _mm256_max_pd);
+    return F64X8_ZIP(raised, high, _mm256_min_pd);
+}
+static inline __m256d round_nearest(__m256d v) { return _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline f64x8 f64x8_round(f64x8 v) { return F64X8_MAP(v, round_nearest); }
+/* 2^n for integer-valued n in [-1022, 1023], built from its exponent bits */
+static inline __m256d power_of_two(__m256d n) {
+    const __m256d magic = _mm256_set1_pd(6755399441055744.0);  /* 2^52 + 2^51: n's integer in the low bits */
+    const __m256i integer = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)), _mm256_castpd_si256(magic));
+    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(integer, _mm256_set1_epi64x(1023)), 52));
+}
+/* p * 2^n for integer-valued n in [-1076, 1024]: two exact scalings by 2^(n/2)-ish halves, as scalef rounds once */
+static inline __m256d scale2(__m256d p, __m256d n) {
+    const __m256d first = _mm256_floor_pd(_mm256_mul_pd(n, _mm256_set1_pd(0.5)));
+    return _mm256_mul_pd(_mm256_mul_pd(p, power_of_two(first)), power_of_two(_mm256_sub_pd(n, first)));
+}
+static inline f64x8 f64x8_scale2(f64x8 p, f64x8 n) { return F64X8_ZIP(p, n, scale2); }
+static inline double f64x8_sum(f64x8 v) {
+    const __m256d s = _mm256_add_pd(v.lo, v.hi);
+    const __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+}
+static inline double f64x8_first(f64x8 v) { return _mm256_cvtsd_f64(v.lo); }
+#endif
+
 /* e^x for float64 lanes, within a few ulps: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^13
  * (truncation below 1e-17 relative), times 2^n. */
-static inline __m512d exp_pd(__m512d x) {
-    x = _mm512_min_pd(_mm512_max_pd(x, _mm512_set1_pd(-746.0)), _mm512_set1_pd(710.0));
-    const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+static inline f64x8 exp_pd(f64x8 x) {
+    x = f64x8_clamp(x, -746.0, 710.0);
+    const f64x8 n = f64x8_round(f64x8_mul(x, f64x8_set1(1.4426950408889634)));
+    f64x8 r = f64x8_fnmadd(n, f64x8_set1(6.93147180369123816490e-01), x);
+    r = f64x8_fnmadd(n, f64x8_set1(1.90821492927058770002e-10), r);
     static const double inverse_factorials[14] = {
         1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880,
         1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
-    __m512d p = _mm512_set1_pd(inverse_factorials[13]);
-    for (int i = 12; i >= 0; i--) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(inverse_factorials[i]));
-    return _mm512_scalef_pd(p, n);
+    f64x8 p = f64x8_set1(inverse_factorials[13]);
+    for (int i = 12; i >= 0; i--) p = f64x8_fmadd(p, r, f64x8_set1(inverse_factorials[i]));
+    return f64x8_scale2(p, n);
 }
 
 static inline double exp_sd(double x) {
-    return _mm512_cvtsd_f64(exp_pd(_mm512_set1_pd(x)));
+    return f64x8_first(exp_pd(f64x8_set1(x)));
 }
 
 /* out[h] = weight * fp32(x / rms(x)), the mean of squares and the division in float64 */
@@ -128,18 +204,16 @@ static inline __attribute__((always_inline)) void score_tile(
         double scale, double *scores, int64_t stride) {
     for (int64_t c = 0; c < count; c++) {
         const float *k = keys + seen[c] * d;
-        __m512d sum[HEAD_TILE][2];
-        for (int t = 0; t < heads; t++) sum[t][0] = sum[t][1] = _mm512_setzero_pd();
+        f64x8 sum[HEAD_TILE][2];
+        for (int t = 0; t < heads; t++) sum[t][0] = sum[t][1] = f64x8_set1(0.0);
         for (int64_t e = 0; e < d; e += 16) {
-            const __m512d k0 = _mm512_cvtps_pd(_mm256_loadu_ps(k + e));
-            const __m512d k1 = _mm512_cvtps_pd(_mm256_loadu_ps(k + e + 8));
+            const f64x8 k0 = f64x8_widen(k + e), k1 = f64x8_widen(k + e + 8);
             for (int t = 0; t < heads; t++) {
-                sum[t][0] = _mm512_fmadd_pd(_mm512_loadu_pd(q + t * d + e), k0, sum[t][0]);
-                sum[t][1] = _mm512_fmadd_pd(_mm512_loadu_pd(q + t * d + e + 8), k1, sum[t][1]);
+                sum[t][0] = f64x8_fmadd(f64x8_load(q + t * d + e), k0, sum[t][0]);
+                sum[t][1] = f64x8_fmadd(f64x8_load(q + t * d + e + 8), k1, sum[t][1]);
             }
         }
-        for (int t = 0; t < heads; t++)
-            scores[t * stride + c] = _mm512_reduce_add_pd(_mm512_add_pd(sum[t][0], sum[t][1])) * scale;
+        for (int t = 0; t < heads; t++) scores[t * stride + c] = f64x8_sum(f64x8_add(sum[t][0], sum[t][1])) * scale;
     }
 }
 
@@ -147,20 +221,20 @@ static inline __attribute__((always_inline)) void score_tile(
 static inline __attribute__((always_inline)) void value_tile(
         const int heads, const double *weights, int64_t stride, const float *values, const int64_t *seen,
         int64_t count, int64_t d, int64_t e0, double *acc) {
-    __m512d sum[HEAD_TILE][8];
+    f64x8 sum[HEAD_TILE][8];
     for (int t = 0; t < heads; t++)
-        for (int j = 0; j < 8; j++) sum[t][j] = _mm512_setzero_pd();
+        for (int j = 0; j < 8; j++) sum[t][j] = f64x8_set1(0.0);
     for (int64_t c = 0; c < count; c++) {
         const float *v = values + seen[c] * d + e0;
-        __m512d w[HEAD_TILE];
-        for (int t = 0; t < heads; t++) w[t] = _mm512_set1_pd(weights[t * stride + c]);
+        f64x8 w[HEAD_TILE];
+        for (int t = 0; t < heads; t++) w[t] = f64x8_set1(weights[t * stride + c]);
         for (int j = 0; j < 8; j++) {
-            const __m512d vj = _mm512_cvtps_pd(_mm256_loadu_ps(v + 8 * j));
-            for (int t = 0; t < heads; t++) sum[t][j] = _mm512_fmadd_pd(w[t], vj, sum[t][j]);
+            const f64x8 vj = f64x8_widen(v + 8 * j);
+            for (int t = 0; t < heads; t++) sum[t][j] = f64x8_fmadd(w[t], vj, sum[t][j]);
         }
     }
     for (int t = 0; t < heads; t++)
-        for (int j = 0; j < 8; j++) _mm512_storeu_pd(acc + t * d + e0 + 8 * j, sum[t][j]);
+        for (int j = 0; j < 8; j++) f64x8_store(acc + t * d + e0 + 8 * j, sum[t][j]);
 }
 
 /* one query row's attention for the query heads that read kv head g of batch row b, in float64: query [groups, d]
@@ -191,7 +265,7 @@ static void attend(const Shape *s, const float *query, const float *keys, const 
             if (score[c] > best) best = score[c];
         int64_t c = 0;
         for (; c + 8 <= count; c += 8)
-            _mm512_storeu_pd(score + c, exp_pd(_mm512_sub_pd(_mm512_loadu_pd(score + c), _mm512_set1_pd(best))));
+            f64x8_store(score + c, exp_pd(f64x8_sub(f64x8_load(score + c), f64x8_set1(best))));
         for (; c < count; c++) score[c] = exp_sd(score[c] - best);
         for (c = 0; c < count; c++) sum += score[c];
         sums[t] = sum;
@@ -216,9 +290,9 @@ static void attend(const Shape *s, const float *query, const float *keys, const 
 static void gated(const float *gate, const float *up, float *out, int64_t n) {
     int64_t c = 0;
     for (; c + 8 <= n; c += 8) {
-        const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gate + c));
-        const __m512d e = exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g));
-        const __m256 silu = _mm512_cvtpd_ps(_mm512_div_pd(g, _mm512_add_pd(_mm512_set1_pd(1.0), e)));
+        const f64x8 g = f64x8_widen(gate + c);
+        const f64x8 e = exp_pd(f64x8_sub(f64x8_set1(0.0), g));
+        const __m256 silu = f64x8_narrow(f64x8_div(g, f64x8_add(f64x8_set1(1.0), e)));
         _mm256_storeu_ps(out + c, _mm256_mul_ps(silu, _mm256_loadu_ps(up + c)));
     }
     for (; c < n; c++) {

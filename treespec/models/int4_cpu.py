@@ -49,14 +49,21 @@ import torch
 
 from treespec.models.host import cache_root, cpu_flags
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c"))
+# the sources each instruction set builds (the product kernels, then the decoder pass that calls them)
+ISA_SOURCES = {
+    "avx512": tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c")),
+    "avx2": tuple(Path(__file__).with_name(name) for name in ("avx2_kernels.c", "decoder_kernel.c")),
+}
+SOURCES = tuple(dict.fromkeys(source for sources in ISA_SOURCES.values() for source in sources))
 # included by the sources: part of the build's cache key
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("row_tiles.h", "activations.h"))
 KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
-NEEDED_FLAGS = ("avx512_bf16", "avx512bw", "avx512f")
+ISA_ENV = "TREESPEC_KERNEL_ISA"  # "avx2": build the AVX2 kernels even where AVX-512 BF16 is there (tests, comparisons)
+# the CPU flags each instruction set's kernels need, the fastest first
+ISA_FLAGS = {"avx512": ("avx512_bf16", "avx512bw", "avx512f"), "avx2": ("avx2", "fma", "f16c")}
 BLOCK = 16  # output columns per block of the layout
 GROUP = 32  # input weights per scale and minimum
 ACTIVATIONS = ("bf16", "int8")  # how a product takes its inputs: rounded to bf16, or to int8 with a scale per 32
@@ -69,20 +76,37 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc"))
 
 
-def _build(compiler: str) -> Path:
+def isa() -> tuple[str | None, str | None]:
+    """(the instruction set the kernels are built for here: "avx512" or "avx2", None) or (None, why none fits):
+    the first of ISA_FLAGS whose flags the CPU has, or $TREESPEC_KERNEL_ISA's choice where the CPU allows it."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None, f"an x86-64 CPU is needed (this is {platform.machine()})"
+    wanted = os.environ.get(ISA_ENV, "").lower()
+    if wanted and wanted not in ISA_FLAGS:
+        return None, f"{ISA_ENV}={wanted!r} is not one of {', '.join(ISA_FLAGS)}"
+    for name, flags in ISA_FLAGS.items():
+        if wanted in ("", name) and all(flag in cpu_flags() for flag in flags):
+            return name, None
+    needed = ISA_FLAGS[wanted] if wanted else ISA_FLAGS["avx2"]
+    return None, f"the CPU lacks {', '.join(flag for flag in needed if flag not in cpu_flags())}"
+
+
+def _build(compiler: str, instruction_set: str) -> Path:
     """The kernels' shared library for this machine, compiled on first use (atomically: parallel processes may race)."""
+    sources = ISA_SOURCES[instruction_set]
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES + HEADERS), compiler, version,
-                                    " ".join(sorted(cpu_flags()))]).encode())
-    library = cache_root() / "kernels" / f"treespec_kernels_{key.hexdigest()[:16]}.so"
+    key = hashlib.sha256("\n".join([*(source.read_text() for source in sources + HEADERS), compiler, version,
+                                    instruction_set, " ".join(sorted(cpu_flags()))]).encode())
+    library = cache_root() / "kernels" / f"treespec_kernels_{instruction_set}_{key.hexdigest()[:16]}.so"
     if library.is_file():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
         # -ffp-contract=off: decoder_kernel.c computes a * b + c as torch does, without fused multiply-adds
-        command = [compiler, "-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-o",
-                   str(built), *(str(source) for source in SOURCES), "-lm"]
+        command = [compiler, "-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC",
+                   *(["-DTREESPEC_AVX2"] if instruction_set == "avx2" else []), "-o", str(built),
+                   *(str(source) for source in sources), "-lm"]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed: {result.stderr.strip()[-400:]}")
@@ -95,16 +119,14 @@ def library() -> tuple[ctypes.CDLL | None, str | None]:
     """(treespec's CPU kernels as a loaded library, None) or (None, why they cannot run here)."""
     if os.environ.get(ENV, "").lower() == "torch":
         return None, f"{ENV}=torch"
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return None, f"an x86-64 CPU is needed (this is {platform.machine()})"
-    missing = [flag for flag in NEEDED_FLAGS if flag not in cpu_flags()]
-    if missing:
-        return None, f"the CPU lacks {', '.join(missing)}"
+    instruction_set, why = isa()
+    if instruction_set is None:
+        return None, why
     compiler = _compiler()
     if compiler is None:
         return None, f"no C compiler ({os.environ.get('CC', 'cc')}) on PATH"
     try:
-        return ctypes.CDLL(str(_build(compiler))), None
+        return ctypes.CDLL(str(_build(compiler, instruction_set))), None
     except (OSError, RuntimeError) as error:
         return None, f"the kernel did not build or load: {error}"
 
@@ -141,7 +163,7 @@ def int8_unavailable() -> str | None:
     if loaded is None:
         return why
     if not loaded.treespec_int8_supported():
-        return "the CPU lacks avx512_vnni or avx512vbmi (int8 dot products, byte permutations)"
+        return "the CPU lacks avx512_vnni or avx512vbmi (the AVX-512 kernels' int8 dot products, byte permutations)"
     return None
 
 
@@ -162,6 +184,11 @@ def fp32_format(activations: str) -> int:
 def kernel_name() -> str:
     """Which kernel new 4-bit layers multiply with: "treespec" or "torch"."""
     return "torch" if kernel_unavailable() else "treespec"
+
+
+def kernel_identity() -> str:
+    """kernel_name with the instruction set treespec's kernels are built for, e.g. "treespec-avx2" (reports, caches)."""
+    return "torch" if kernel_unavailable() else f"treespec-{isa()[0]}"
 
 
 def half_bits(values: torch.Tensor) -> torch.Tensor:

@@ -77,6 +77,7 @@ from treespec.models.quantize import (
     SCHEMES,
     fully_held,
     holds_int4_grid,
+    held_scheme,
     int4_available,
     quantize_target_weights,
     weight_scheme,
@@ -364,7 +365,7 @@ def auto_profile(
     key = {"version": PROFILE_VERSION, "device": identity, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
            "target": model_fingerprint(target), "draft": model_fingerprint(draft) if draft is not None else None,
            "dtype": dtype, "candidates": dtypes, "draft_candidates": draft_dtypes, "layout": layout, "prefix_len": prefix_len,
-           "attention": attention_names(target, draft), "int4_kernel": int4_cpu.kernel_name(),
+           "attention": attention_names(target, draft), "int4_kernel": int4_cpu.kernel_identity(),
            "native_pass": native_pass.pass_identity()}
     if draft_vocab is not None:  # only then, so that full-vocabulary profiles keep their cache keys
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
@@ -469,9 +470,10 @@ def auto_profile(
             plain = {}
     held = None
     if int4_layouts:  # a copy whose 4-bit-grid layers are 4-bit codes; its other layers (the LM head) take the layout
-        held = quantize_target_weights(_sharing_copy(set_linear_layout(target, "standard")), "int4")
-        for t_dtype, t_layout, variant in _variants(held, ["float32"], int4_layouts, skipped("target int4")):
-            measure_target(t_dtype, t_layout, variant, weights="int4")
+        scheme = held_scheme()
+        held = quantize_target_weights(_sharing_copy(set_linear_layout(target, "standard")), scheme)
+        for t_dtype, t_layout, variant in _variants(held, ["float32"], int4_layouts, skipped(f"target {scheme}")):
+            measure_target(t_dtype, t_layout, variant, weights=scheme)
     # the best planned ms per token, except that a two-copy layout within TWO_COPY_TIE of it is preferred: it runs
     # the standard kernels where those were faster, so its small passes tie with standard's within timing noise,
     # and it serves larger passes (batches of trees) faster, for the memory of its second copies
@@ -495,7 +497,7 @@ def auto_profile(
     info = {**profile.settings, **(settings or {}), "machine": describe_device(identity), "layout": t_layout,
             "draft_layout": draft_choice[2] if draft_choice else None, "measured_seconds": round(seconds, 1),
             **({"draft_dtype": draft_choice[1]} if draft_choice else {}),
-            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1), "int4_kernel": int4_cpu.kernel_name(),
+            "layout_extra_mb": round(extra_bytes(target) / 1e6, 1), "int4_kernel": int4_cpu.kernel_identity(),
             "native_pass": native_pass.pass_identity()}
     profile = replace(profile, overhead_ms={1: overhead}, baseline_overhead_ms={1: baseline}, settings=info)
     measured_at = datetime.datetime.now().isoformat(timespec="seconds")
@@ -592,7 +594,7 @@ def batch_cache_key(target: torch.nn.Module, draft: torch.nn.Module | None, *, b
            "draft_layout": linear_layout(model) if model is not None else None,
            "attention": attention_names(target, model), "prefix_len": int(prefix_len),
            "batch_sizes": sorted({int(b) for b in batch_sizes}), "sizes": sorted({int(n) for n in sizes} | {1}),
-           "int4_kernel": int4_cpu.kernel_name(), "native_pass": native_pass.pass_identity()}
+           "int4_kernel": int4_cpu.kernel_identity(), "native_pass": native_pass.pass_identity()}
     if draft_vocab is not None:
         key["draft_vocab"] = vocab_fingerprint(draft_vocab)
     if model is not draft:
