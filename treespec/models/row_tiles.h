@@ -6,7 +6,10 @@
 #ifndef TREESPEC_ROW_TILES_H
 #define TREESPEC_ROW_TILES_H
 
+#ifndef ROW_TILE  /* a kernel file may set a smaller tile (1 .. 8) before including this */
 #define ROW_TILE 8
+#endif
+#define ROW_TILE_MAX 8  /* the largest tile any kernel uses: the size of per-row register arrays */
 
 #define EACH_ROW_TILE(blocks, m)                                            \
     _Pragma("omp parallel for num_threads(threads) schedule(static)")       \
