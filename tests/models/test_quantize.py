@@ -24,6 +24,7 @@ from treespec.models.quantize import (
     Int6Linear,
     dequantize_int4,
     exact_int4_grid,
+    held_scheme,
     int4_available,
     int4_grid,
     int6_grid,
@@ -350,6 +351,18 @@ def test_a_4_bit_targets_hidden_states_do_not_depend_on_how_its_passes_are_cut(m
         pytest.skip("float32 attention happened to be row-invariant for this model on this machine")
 
 
+def test_a_target_is_held_with_int8_inputs_where_the_kernels_cannot_multiply_bf16(monkeypatch):
+    """`held_scheme`: bf16 inputs where the AVX-512 kernels multiply bf16 directly, int8 ones on the AVX2 build (its
+    bf16 form widens every code to fp32), bf16 again where no int8 form runs either."""
+    monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx512", None))
+    monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: None)
+    assert held_scheme() == "int4"
+    monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx2", None))
+    assert held_scheme() == INT8_ACTIVATIONS
+    monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: "the kernels do not build here")
+    assert held_scheme() == "int4"
+
+
 @pytest.mark.parametrize("int4_ms", [{1: 5.0, 2: 6.0}, {1: 20.0, 2: 24.0}])
 def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faster(monkeypatch, tmp_path, int4_ms):
     """target_weights="auto": a target on a 4-bit grid is also timed as 4-bit codes (one layout, fp32) and held so
@@ -367,14 +380,15 @@ def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faste
     target, draft, resolved = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
                                                     target_weights="auto", sizes=(1, 2), repeats=1, warmup=0,
                                                     prefix_len=8)
-    timed = [c for c in resolved.candidates if c["role"] == "target" and c.get("weights") == "int4"]
+    scheme = held_scheme()  # "int4", or "int4-a8" where the kernels have no bf16 dot products (AVX2)
+    timed = [c for c in resolved.candidates if c["role"] == "target" and c.get("weights") == scheme]
     assert [c["layout"] for c in timed] == ["standard"]
     faster = int4_ms[1] < plain_ms[1]
-    assert (resolved.target_weights == "int4") == faster == isinstance(target.model.layers[0].mlp.up_proj, Int4Linear)
-    assert ("int4 codes" in resolved.models()) == faster
+    assert (resolved.target_weights == scheme) == faster == isinstance(target.model.layers[0].mlp.up_proj, Int4Linear)
+    assert (f"{scheme} codes" in resolved.models()) == faster
     again, _, cached = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
                                              target_weights="auto", sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
-    assert cached.origin.startswith("cached") and (cached.target_weights == "int4") == faster
+    assert cached.origin.startswith("cached") and (cached.target_weights == scheme) == faster
     assert isinstance(again.model.layers[0].mlp.up_proj, Int4Linear) == faster
     _, _, off_grid = hardware.auto_profile(tiny_model("llama", seed=0), None, target_weights="auto", sizes=(1, 2),
                                            repeats=1, warmup=0, prefix_len=8)

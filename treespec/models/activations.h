@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __AVX512F__
 /* 16 fp16 values (the kernels' per-group scales and minimums) as fp32, exactly */
@@ -37,6 +38,19 @@ typedef struct {
     int32_t *sums32;  /* [m, k / 32]: the sum of each 32 inputs' values */
     void *memory;     /* the one allocation behind them */
 } Int8Rows;
+
+/* the one allocation behind rows [m, k] (k a multiple of 32), its arrays laid out in it; 0, or -1 when out of memory */
+static inline int int8_rows_alloc(int64_t m, int64_t k, Int8Rows *rows) {
+    const size_t values = (size_t)(m * k), scales = (size_t)(m * (k / 32));
+    char *memory = (char *)malloc(values + scales * (sizeof(float) + 3 * sizeof(int32_t)) + 64);
+    if (memory == NULL) return -1;
+    rows->memory = memory;
+    rows->scale = (float *)memory;
+    rows->sums16 = (int32_t *)(rows->scale + scales);
+    rows->sums32 = rows->sums16 + 2 * scales;
+    rows->values = (int8_t *)(rows->sums32 + scales);
+    return 0;
+}
 
 /* x [m, k] as bf16 bits: x_in itself when x_is_bf16, else x_in's fp32 values rounded to bf16 (to nearest even) into
  * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. */

@@ -101,14 +101,7 @@ static inline float max_ps(__m256 v) {
 
 int treespec_int8_rows(const float *x, int64_t m, int64_t k, Int8Rows *rows) {
     const int64_t blocks = k / 32;
-    const size_t values = (size_t)(m * k), scales = (size_t)(m * blocks);
-    char *memory = (char *)malloc(values + scales * (sizeof(float) + 3 * sizeof(int32_t)) + 64);
-    if (memory == NULL) return -1;
-    rows->memory = memory;
-    rows->scale = (float *)memory;
-    rows->sums16 = (int32_t *)(rows->scale + scales);
-    rows->sums32 = rows->sums16 + 2 * scales;
-    rows->values = (int8_t *)(rows->sums32 + scales);
+    if (int8_rows_alloc(m, k, rows)) return -1;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t i = 0; i < m * blocks; i++) {

@@ -12,8 +12,10 @@ threads, so a tree pass and a one-token pass give the same outputs bit for bit.
 
 The C source is compiled once per machine (`-march=native`; the cache key holds the source, the compiler and the
 CPU's flags) into `$TREESPEC_CACHE/kernels/` and loaded with ctypes. It needs an x86 CPU with AVX-512 BF16 and
-AVX-512 BW and a C compiler (`$CC`, default `cc`); elsewhere, or with `TREESPEC_INT4_KERNEL=torch`, 4-bit layers
-use torch's kernel (`kernel_unavailable` says why).
+AVX-512 BW, or with AVX2, FMA and F16C (`avx2_kernels.c`: the same functions, layouts and row independence, int8
+products by `vpmaddubsw`; `isa` says which is built, `TREESPEC_KERNEL_ISA=avx2` asks for it), and a C compiler
+(`$CC`, default `cc`); elsewhere, or with `TREESPEC_INT4_KERNEL=torch`, 4-bit layers use torch's kernel
+(`kernel_unavailable` says why).
 
 Layout (`to_kernel_layout`): codes uint8 [O / 16, I / 32, 16, 16] (two codes per byte, see the C source), scale
 and minimum [O / 16, I / 32, 16] as the bits of fp16 values in int16 tensors (so that `Module.to(dtype)` leaves
@@ -24,11 +26,12 @@ EPYC, 2 cores, 2026-12-06).
 
 The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 tensors: six bits per weight
 (codes 0..63, w = (code - 32) * scale; a plane of low nibbles and one of top bit pairs) and an fp16 scale per 16 or
-32 inputs, the codes turned into bf16 by a 64-entry table, the same row-independent sums. It lets a Q4_K_M target (the Qwen2.5-Coder 1.5B: Q6_K v_proj and
-down_proj in half its layers and its LM head) run every product on treespec's kernels, the whole pass in C.
+32 inputs, the codes turned into bf16 by a 64-entry table, the same row-independent sums. It lets a Q4_K_M target
+(the Qwen2.5-Coder 1.5B: Q6_K v_proj and down_proj in half its layers and its LM head) run every product on
+treespec's kernels, the whole pass in C.
 
 Both kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
-VBMI: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times an fp32 scale, the
+VBMI, and in the AVX2 build: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times an fp32 scale, the
 group sums by `vpdpbusd` (exact in int32), the codes in the same layouts (one byte permutation per 64 weights). Rows
 stay independent. `treespec.models.quantize.set_activations` switches a model's layers.
 """

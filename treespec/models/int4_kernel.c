@@ -85,14 +85,7 @@ int treespec_int8_supported(void) { return TREESPEC_INT8; }
 #if TREESPEC_INT8
 int treespec_int8_rows(const float *x, int64_t m, int64_t k, Int8Rows *rows) {
     const int64_t blocks = k / 32;
-    const size_t values = (size_t)(m * k), scales = (size_t)(m * blocks);
-    char *memory = (char *)malloc(values + scales * (sizeof(float) + 3 * sizeof(int32_t)) + 64);
-    if (memory == NULL) return -1;
-    rows->memory = memory;
-    rows->scale = (float *)memory;
-    rows->sums16 = (int32_t *)(rows->scale + scales);
-    rows->sums32 = rows->sums16 + 2 * scales;
-    rows->values = (int8_t *)(rows->sums32 + scales);
+    if (int8_rows_alloc(m, k, rows)) return -1;
     for (int64_t i = 0; i < m * blocks; i++) {
         const float *from = x + 32 * i;
         const __m512 a = _mm512_loadu_ps(from), b = _mm512_loadu_ps(from + 16);
