@@ -31,9 +31,9 @@ The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 
 treespec's kernels, the whole pass in C.
 
 Both kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
-VBMI, and in the AVX2 build: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times an fp32 scale, the
-group sums by `vpdpbusd` (exact in int32), the codes in the same layouts (one byte permutation per 64 weights). Rows
-stay independent. `treespec.models.quantize.set_activations` switches a model's layers.
+VBMI, and in the AVX2 build: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times
+an fp32 scale, the group sums by `vpdpbusd` (exact in int32), the codes in the same layouts (one byte permutation per
+64 weights). Rows stay independent. `treespec.models.quantize.set_activations` switches a model's layers.
 """
 
 from __future__ import annotations
