@@ -572,8 +572,8 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
 def held_scheme() -> str:
     """The scheme `hardware=auto` times a 4-bit-grid target in: "int4" (bf16 activations) where the kernels multiply
     bf16 directly (AVX-512 BF16), else "int4-a8" where they have int8 activations. The AVX2 kernels' bf16 form widens
-    every code to fp32: on an AMD EPYC (2 cores, AVX2 only, 2026-12-06) the default target's pass took 15-22 ms for
-    one token against 8-11 ms with int8 activations, and 41-53 against 28-29 ms for eight."""
+    every code to fp32: on an AMD EPYC (2 cores, AVX2 only, 2026-12-06) the default target's pass took 13-22 ms for
+    one token against 5.6-6.1 ms with int8 activations, and 40-43 against 19 ms for eight."""
     if int4_cpu.isa()[0] != "avx512" and int4_cpu.int8_unavailable() is None:
         return INT8_ACTIVATIONS
     return "int4"
