@@ -7,8 +7,8 @@
  *
  * int8 inputs (X_FP32_TO_INT8), the fast form here: each row rounded per 32 inputs to int8 codes times an fp32 scale,
  * exactly as the AVX-512 form does. vpmaddubsw multiplies a column's unsigned codes by the signed inputs and adds
- * pairs into int16 lanes, which cannot overflow (4-bit: a group's 16 pair sums of at most 2 * 15 * 127 stay below
- * 2^15; 6-bit: two pair sums of at most 2 * 63 * 127), and vpmaddwd by ones widens to int32: the same exact integer
+ * pairs into int16 lanes, which cannot overflow (4-bit: a lane sums a group's 16 products of at most 15 * 127, below
+ * 2^15; 6-bit: 4 products of at most 63 * 127 before widening), and vpmaddwd by ones widens to int32: the same exact integer
  * dot products as vpdpbusd, then the same fp32 epilogue, so these outputs equal the AVX-512 form's bit for bit.
  *
  * bf16 inputs (X_FP32_TO_BF16, X_BF16): the input rounded to bf16 as there, the codes turned into fp32 and
