@@ -1,7 +1,7 @@
 /* How the product kernels (int4_kernel.c and int6_kernel.c, or avx2_kernels.c) take their input rows x [m, k], the
- * helpers that put fp32 rows into those forms (defined in int4_kernel.c or avx2_kernels.c), and how the AVX-512
- * kernels read their fp16 scales. Each row is converted on its own, so a row's products never depend on the other
- * rows of a call. */
+ * helpers that put fp32 rows into those forms (defined in int4_kernel.c; the int8 ones also in avx2_kernels.c), and
+ * how the AVX-512 kernels read their fp16 scales. Each row is converted on its own, so a row's products never depend
+ * on the other rows of a call. */
 #ifndef TREESPEC_ACTIVATIONS_H
 #define TREESPEC_ACTIVATIONS_H
 
@@ -53,7 +53,8 @@ static inline int int8_rows_alloc(int64_t m, int64_t k, Int8Rows *rows) {
 }
 
 /* x [m, k] as bf16 bits: x_in itself when x_is_bf16, else x_in's fp32 values rounded to bf16 (to nearest even) into
- * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. */
+ * a new buffer left in *converted for the caller to free (k a multiple of 16). NULL when out of memory. The AVX-512
+ * kernels' (int4_kernel.c); the AVX2 ones multiply the fp32 values of those roundings instead. */
 uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted);
 
 /* 1 where this build has the int8 form, else 0 */

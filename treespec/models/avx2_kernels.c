@@ -1,15 +1,17 @@
 /* treespec's 4-bit and 6-bit product kernels for x86 CPUs with AVX2, FMA and F16C but without AVX-512 BF16 (an
- * AMD EPYC of the Zen 2/3 generations, Intel before Cooper Lake). They define the same functions as int4_kernel.c
- * and int6_kernel.c (activations.h's helpers, treespec_int4_matmul, treespec_int6_matmul) over the same weight
- * layouts and input formats, and keep the same promise: every output element is computed by the same instruction
- * sequence whatever the number of rows, the row tile and the threads, so a tree pass equals a one-token pass bit for
- * bit. treespec.models.int4_cpu compiles this file instead of those two where the CPU lacks AVX-512 BF16.
+ * AMD EPYC of the Zen 2/3 generations, Intel before Cooper Lake). They define what decoder_kernel.c and
+ * treespec.models.int4_cpu call in int4_kernel.c and int6_kernel.c (treespec_int8_rows, treespec_int8_supported,
+ * treespec_int4_matmul, treespec_int6_matmul), over the same weight layouts and input formats, and keep the same
+ * promise: every output element is computed by the same instruction sequence whatever the number of rows, the row
+ * tile and the threads, so a tree pass equals a one-token pass bit for bit. treespec.models.int4_cpu compiles this
+ * file instead of those two where the CPU lacks AVX-512 BF16.
  *
  * int8 inputs (X_FP32_TO_INT8), the fast form here: each row rounded per 32 inputs to int8 codes times an fp32 scale,
  * exactly as the AVX-512 form does. vpmaddubsw multiplies a column's unsigned codes by the signed inputs and adds
  * pairs into int16 lanes, which cannot overflow (4-bit: a lane sums a group's 16 products of at most 15 * 127, below
- * 2^15; 6-bit: 4 products of at most 63 * 127 before widening), and vpmaddwd by ones widens to int32: the same exact integer
- * dot products as vpdpbusd, then the same fp32 epilogue, so these outputs equal the AVX-512 form's bit for bit.
+ * 2^15; 6-bit: 4 products of at most 63 * 127 before widening), and vpmaddwd by ones widens to int32: the same
+ * exact integer dot products as vpdpbusd, then the same fp32 epilogue, so these outputs equal the AVX-512 form's bit
+ * for bit.
  *
  * bf16 inputs (X_FP32_TO_BF16, X_BF16): the input rounded to bf16 as there, the codes turned into fp32 and
  * multiplied in fp32 with fused multiply-adds (no bf16 dot product here); exact products, fp32 sums in a fixed
@@ -52,33 +54,17 @@ static inline float bf16_value(float v) {
     return v;
 }
 
-uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t k, uint16_t **converted) {
-    *converted = NULL;
-    if (x_is_bf16) return (uint16_t *)x_in;
-    uint16_t *rows = (uint16_t *)malloc((size_t)(m * k) * sizeof(uint16_t));
-    if (rows == NULL) return NULL;
-    const float *source = (const float *)x_in;
-    for (int64_t i = 0; i < m * k; i++) {
-        const float value = bf16_value(source[i]);
-        uint32_t bits;
-        __builtin_memcpy(&bits, &value, sizeof bits);
-        rows[i] = (uint16_t)(bits >> 16);
-    }
-    *converted = rows;
-    return rows;
-}
-
 /* x [m, k] in x_format X_FP32_TO_BF16 or X_BF16 as the fp32 values of its bf16 roundings (a new buffer) */
 static float *bf16_values(const void *x_in, int x_format, int64_t m, int64_t k) {
     float *values = (float *)malloc((size_t)(m * k) * sizeof(float));
     if (values == NULL) return NULL;
-    for (int64_t i = 0; i < m * k; i++) {
-        if (x_format == X_BF16) {
+    if (x_format == X_BF16) {
+        for (int64_t i = 0; i < m * k; i++) {
             const uint32_t bits = (uint32_t)((const uint16_t *)x_in)[i] << 16;
             __builtin_memcpy(values + i, &bits, sizeof bits);
-        } else {
-            values[i] = bf16_value(((const float *)x_in)[i]);
         }
+    } else {
+        for (int64_t i = 0; i < m * k; i++) values[i] = bf16_value(((const float *)x_in)[i]);
     }
     return values;
 }
