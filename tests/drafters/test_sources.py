@@ -106,6 +106,21 @@ def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_i
                           temperature=1.0)
 
 
+def test_a_model_that_does_not_pay_is_probed_ever_less_often_until_it_pays():
+    hybrid, stats = policies.Hybrid(policies.Dynamic(6, 4, 3), probe=2), SourceStats()
+
+    def probes(steps, pays=lambda step: False):
+        drafted = []
+        for step in range(steps):
+            drafted.append(hybrid._takes_model(pays(step), stats))
+            stats.model_idle = 0 if drafted[-1] else stats.model_idle + 1  # as SourceStats.count keeps it
+        return [step for step, took in enumerate(drafted) if took]
+
+    taken = probes(60)
+    assert [b - a for a, b in zip(taken, taken[1:])] == [5, 9, 17, 17]  # waits of 2, 4, 8, then 16 = 8 x probe
+    assert probes(12, pays=lambda step: step == 0) == [0, 3, 8]  # it paid: probes every 2 idle steps again
+
+
 def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_tree_and_rule():
     target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
     alone = policies.Static(kary([2, 1]), "without_replacement")  # verified on its q

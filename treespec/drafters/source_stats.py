@@ -35,6 +35,8 @@ class SourceStats:
         self.accepted = {s: np.zeros(shape) for s in SOURCES}
         self.model_steps, self.model_accepted = 0, 0
         self.model_idle = 0  # steps since the model last drafted
+        self.probe_misses = 0  # probes in a row after which the model still did not pay (treespec.drafters.sources)
+        self.probing = False  # the model's last draft was a probe whose worth the next decision judges
         self.own_steps, self.own_accepted = 0, 0  # of those, the steps whose tree its own sampling rule verified
         self.own_idle = 0  # steps since the last of them
         self._rates: dict[tuple[str, int, int], list[float]] = {}  # (source, rank, match) -> rate by depth, until `count`

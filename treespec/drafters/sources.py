@@ -17,9 +17,11 @@ target's t(n), one draft level's c; flat and free without a profile):
     accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
   * the model tree's, L_model: the mean of its accepted nodes per step, measured;
   * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
-    levels * c + o). A row where the first is the larger takes its n-gram tree alone (except every `probe`-th step
-    without the model, when the model drafts again and is measured anew); when every row does, the model does not
-    draft that step (its drafter catches up on the accepted text instead, `absorb`). In a row that takes
+    levels * c + o). A row where the first is the larger takes its n-gram tree alone, except when its model is due
+    for a probe: after `probe` steps without the model it drafts again and is measured anew, and each probe after
+    which the model still does not pay doubles the wait (up to 8 x `probe`; a step where it pays resets it), since a
+    probe's draft pass and catch-up on the text it skipped can cost most of a target pass. When every row takes its
+    n-gram tree the model does not draft that step (its drafter queues the accepted text, `absorb`). In a row that takes
     the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
     row costs the pass at the tree's speed G / T.
   * under sampling, a merged tree is verified with the deterministic rule, which accepts the model's top-k less
@@ -268,10 +270,10 @@ class Hybrid:
     """The `model` policy's tree (Dynamic, or a static or adaptive one drafting the model's top-k under sampling:
     children="deterministic") and the n-gram trie (`ngram_budget` nodes, `ngram_depth` levels) merged under the
     plan of the module docstring; `costs` (a `StepPrices`, such as treespec.plan.costs.StepCosts at the batch size)
-    price its choices. A row whose model has not drafted for `probe` steps drafts with it again, so that its measured
-    worth follows the text (as the lookahead window is probed). `model_alone`: the model policy as it drafts alone
-    under sampling (its own rule, with q), for the steps where its tree is worth more than the merged one (see the
-    module docstring); None: the merged tree every step."""
+    price its choices. A row whose model has not drafted for `probe` steps (more after probes that did not pay) drafts
+    with it again, so that its measured worth follows the text (as the lookahead window is probed). `model_alone`:
+    the model policy as it drafts alone under sampling (its own rule, with q), for the steps where its tree is worth
+    more than the merged one (see the module docstring); None: the merged tree every step."""
 
     model: object
     ngram_budget: int = 12
@@ -328,7 +330,7 @@ class Hybrid:
         alone = [(1 + sum(f[1:])) / step_cost(self.costs, len(f)) for f in found]
         both = [(1 + max(sum(f[1:]), length)) / step_cost(self.costs, len(f) + model_nodes - 1, levels)
                 for f, length in zip(found, lengths)]
-        use_model = [model_nodes > 1 and (b > a or stats.model_idle >= self.probe)  # a one-node model tree drafts nothing
+        use_model = [model_nodes > 1 and self._takes_model(b > a, stats)  # a one-node model tree drafts nothing
                      for a, b, stats in zip(alone, both, drafter.stats)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
             drafter.note_trees(ngram_trees, model_ran=False)
@@ -355,6 +357,18 @@ class Hybrid:
             trees.append(merge(model_tree, ngram_tree, keep))
         drafter.note_trees(trees, model_ran=True)
         return trees
+
+    def _takes_model(self, pays: bool, stats: SourceStats) -> bool:
+        """Whether a row drafts with the model this step: where it `pays` by the measured figures, or as a probe
+        (the model idle for `probe` steps, doubled after each probe that did not make it pay, at most 8 x `probe`,
+        and back to `probe` once it pays), which measures its worth on the text anew."""
+        if stats.probing or pays:  # the first decision after a probe judges it
+            stats.probe_misses = 0 if pays else stats.probe_misses + 1
+            stats.probing = False
+        if pays:
+            return True
+        stats.probing = stats.model_idle >= self.probe * 2 ** min(stats.probe_misses, 3)
+        return stats.probing
 
     def _prefers_own(self, found: Sequence[float], sources: Sequence[str], n: int, levels: int,
                      stats: SourceStats) -> bool:

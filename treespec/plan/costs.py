@@ -71,6 +71,8 @@ class StepCosts:
     baseline_overhead: float = 0.0  # o_1: engine work per autoregressive step
     batch_size: int = 1  # B, the rows these costs were measured for
     pass_ms: float | None = None  # the B-row 1-token pass in ms, when known (absolute tokens/s predictions)
+    # (kind, size) -> the interpolated cost: a hybrid or prompt-lookup step prices dozens of sizes (its trie's cuts)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.target or 1 not in {int(k) for k in self.target}:
@@ -81,7 +83,11 @@ class StepCosts:
             raise ConfigError("per-step overheads must be >= 0")
 
     def target_cost(self, n: int) -> float:
-        return interpolate_latency(self.target, n)
+        """t(n), interpolated between the measured sizes (linear beyond the largest)."""
+        key = ("target", n)
+        if key not in self._memo:
+            self._memo[key] = interpolate_latency(self.target, n)
+        return self._memo[key]
 
     @property
     def autoregressive_tokens_per_second(self) -> float | None:
@@ -98,7 +104,12 @@ class StepCosts:
 
     def draft_cost(self, width: int) -> float:
         """c(w), interpolated between measured widths (constant beyond a single measured point)."""
-        return 0.0 if width <= 0 else max(0.0, interpolate_latency(self.draft, width))
+        if width <= 0:
+            return 0.0
+        key = ("draft", width)
+        if key not in self._memo:
+            self._memo[key] = max(0.0, interpolate_latency(self.draft, width))
+        return self._memo[key]
 
     def affine_draft(self) -> tuple[float, float]:
         """(c0, c1), both >= 0, with c(w) ~ c0 + c1 * w fitted to the measured widths up to 16."""
