@@ -11,7 +11,7 @@ from conftest import PROMPTS, OneRow, reference, tiny_model
 import treespec
 from treespec import policies
 from treespec.app.configs import TreeSpec, build_policy
-from treespec.decode.engine import StepOutcome
+from treespec.decode.engine import PathFeatures, StepOutcome, TargetFeatures, gather_features
 from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import DraftTree, TreeShape, kary
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
@@ -238,10 +238,22 @@ def test_model_drafters_catch_up_on_steps_they_did_not_draft():
         eagle.reset([3, 4, 5, 6], features[:3])
         eagle.root_logits(6)
         eagle.drafter.absorb([StepOutcome((0, -5), (6, 11), 12, features[3:5])])
-        got = eagle.root_logits(12)
-        fresh.reset([3, 4, 5, 6, 11, 12], features[:5])
-        expected = fresh.root_logits(12)
+        later = TargetFeatures(target, features[None, 4:8], {}, ())  # a pass as the engine leaves it: uncomputed
+        eagle.drafter.absorb([StepOutcome((0, -6), (12, 20), 21, PathFeatures(later, 0, (1, 2)))])
+        got = eagle.root_logits(21)
+        fresh.reset([3, 4, 5, 6, 11, 12, 20, 21], features[:7])
+        expected = fresh.root_logits(21)
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_features_of_several_passes_are_computed_at_once_as_each_would_be():
+    target = tiny_model("llama", seed=0)
+    last_layer, generator = target.config.num_hidden_layers, torch.Generator().manual_seed(0)
+    passes = [TargetFeatures(target, torch.randn(2, 5, 32, generator=generator),
+                             {1: torch.randn(2, 5, 32, generator=generator)}, (1, last_layer)) for _ in range(3)]
+    paths = [PathFeatures(passes[0], 1, (0, 2)), PathFeatures(passes[1], 0, (0,)), PathFeatures(passes[2], 1, (0, 3, 4))]
+    assert torch.equal(gather_features(paths), torch.cat([path.tensor() for path in paths]))
+    assert StepOutcome((0,), (5,), 6, paths[1]).features().shape == (1, 64)  # computed when read
 
 
 def test_drafters_for_policies():

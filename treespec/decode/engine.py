@@ -47,9 +47,16 @@ class StepOutcome:
     accepted_nodes: tuple[int, ...]  # drafter node ids of the accepted path, root first
     accepted_tokens: tuple[int, ...]  # tokens of accepted_nodes
     bonus: int
-    target_hidden: torch.Tensor | None = None  # [A, F] target features at the accepted nodes, if the drafter reads them
+    # [A, F] target features at the accepted nodes, if the drafter reads them; the engine hands them over as a
+    #   `PathFeatures`, computed when read (`features()`), so that a drafter that only queues them pays nothing yet
+    target_hidden: torch.Tensor | PathFeatures | None = None
     target_argmax: tuple[int, ...] | None = None  # [N] the target's greedy token at every node of the row's tree, in
     #   tree order, if the drafter asks for them (`wants_target_argmax`: lookahead decoding's Jacobi window)
+
+    def features(self) -> torch.Tensor | None:
+        """target_hidden as a tensor [A, F] (computed now where the engine left it a `PathFeatures`), or None."""
+        hidden = self.target_hidden
+        return hidden.tensor() if isinstance(hidden, PathFeatures) else hidden
 
 
 class Drafter(Protocol):
@@ -169,6 +176,36 @@ class TargetFeatures:
     def all(self) -> torch.Tensor:
         """[B, N, F]: every row's features at every node."""
         return fused_features(self.target, self.last, self.states, self.layers) if self.layers else self.last
+
+
+@dataclass(frozen=True)
+class PathFeatures:
+    """Row `row`'s target features at `nodes` of one pass (`source`), not yet computed: `tensor()` computes them,
+    `gather_features` those of several passes in one call."""
+
+    source: TargetFeatures
+    row: int
+    nodes: tuple[int, ...]
+
+    def tensor(self) -> torch.Tensor:
+        """[len(nodes), F]"""
+        return self.source.rows(self.row, self.nodes)
+
+
+def gather_features(paths: Sequence[PathFeatures]) -> torch.Tensor:
+    """[sum of len(p.nodes), F]: the features of `paths` (passes of one target, one set of fused layers), in order,
+    from one fused_features call: each feature is computed from its own hidden states alone (a norm per row), so
+    these are the values each path's `tensor()` gives."""
+    first = paths[0].source
+
+    def rows(tensors) -> torch.Tensor:
+        return torch.cat([tensor[p.row, list(p.nodes)] for tensor, p in zip(tensors, paths)])
+
+    last = rows([p.source.last for p in paths])
+    if not first.layers:
+        return last
+    states = {i: rows([p.source.states[i] for p in paths]) for i in first.states}
+    return fused_features(first.target, last, states, first.layers)
 
 
 def target_forward(target: PreTrainedModel, lean: LeanDecoder | None, want_features: bool, layers: tuple[int, ...],
@@ -326,7 +363,7 @@ class Decoder:
         tokens at the tree's nodes if they were asked."""
         ids, tokens = tree.drafter_ids, tree.tokens.tolist()
         nodes = tuple(ids[n] for n in result.accepted) if ids is not None else result.accepted
-        path_features = features.rows(b, result.accepted) if features is not None else None
+        path_features = PathFeatures(features, b, tuple(result.accepted)) if features is not None else None
         greedy = tuple(argmax[b][: tree.shape.size]) if argmax is not None else None
         return StepOutcome(nodes, tuple(tokens[n] for n in result.accepted), result.bonus, path_features, greedy)
 

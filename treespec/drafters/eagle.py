@@ -5,7 +5,9 @@ token x_j. Cache layout (treespec.drafters.slots, positions = slots + 1): a row'
 step its pending pairs (accepted tokens with their true target features), the root's pair, and one slot per
 forwarded tree node, whose feature is the head's own output at its parent. `observe` keeps the committed pairs
 and the chain (drafted features are replaced by the target's own), and queues the accepted path, with the
-target's features along it, as the next step's pending pairs.
+target's features along it, as the next step's pending pairs. On steps it did not draft (`absorb`, hybrid trees) it
+queues the accepted path and leaves the target's features uncomputed until it drafts again (`_catch_up`: one call
+for all the steps it skipped).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from treespec.decode.cache import new_cache
-from treespec.decode.engine import Request, StepOutcome
+from treespec.decode.engine import PathFeatures, Request, StepOutcome, gather_features
 from treespec.drafters.slots import RowSlots
 from treespec.models.eagle_head import EagleDraftModel, check_feature_layers
 from treespec.models.lean import lean_decoder
@@ -27,7 +29,7 @@ class EagleDrafter(RowSlots):
 
     wants_target_hidden = True
     position_offset = 1
-    _row_state = ("pending_tokens", "pending_features", "root_feature", "_hidden")
+    _row_state = ("pending_tokens", "pending_features", "root_feature", "_hidden", "_absorbed")
 
     def __init__(self, draft: EagleDraftModel, target: PreTrainedModel, max_length: int):
         check_feature_layers(draft.config, target)
@@ -54,6 +56,7 @@ class EagleDrafter(RowSlots):
             self.pending_features.append(features[:-1])  # f_0 .. f_{T-3}, paired with x_1 .. x_{T-2}
             self.root_feature.append(features[-1] if prefix else torch.zeros(hidden, device=self.device))
         self._hidden: list[dict[int, torch.Tensor]] = [{} for _ in prompts]
+        self._absorbed: list[list] = [[] for _ in prompts]  # per row: target features of steps absorbed, in order
 
     def _run(self, tokens, positions, mask, features):
         embeds = self.embed(tokens).to(self.dtype)
@@ -66,6 +69,7 @@ class EagleDrafter(RowSlots):
         return self.model.expand_logits(self.model.reduced_logits(hidden))
 
     def root_logits(self, roots: Sequence[int]) -> torch.Tensor:
+        self._catch_up()
         chains = [pending + [int(root)] for pending, root in zip(self.pending_tokens, roots)]
         width = max(len(c) for c in chains)
         if len(chains) == 1:
@@ -95,21 +99,35 @@ class EagleDrafter(RowSlots):
 
     def absorb(self, outcomes: Sequence[StepOutcome]) -> None:
         """Steps the head did not draft (another source's tree): each row's root, paired with its feature, and the
-        accepted path, with the target's features, join the pending pairs."""
+        accepted path, with the target's features (computed at `_catch_up`), join the pending pairs."""
         for b, outcome in enumerate(outcomes):
             if outcome.target_hidden is None:
                 raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
-            features = self.model.fuse_features(outcome.target_hidden.to(self.device))
-            self.pending_features[b] = torch.cat([self.pending_features[b], self.root_feature[b][None], features[:-1]])
             self.pending_tokens[b] = self.pending_tokens[b] + [int(t) for t in outcome.accepted_tokens]
-            self.root_feature[b] = features[-1]
+            self._absorbed[b].append(outcome.target_hidden)
+
+    def _catch_up(self) -> None:
+        """The pending features of each row's absorbed steps: the target's features of all of them computed and
+        fused in one call per row (the values one call per step gives: each row of the features is computed alone)."""
+        for b, queue in enumerate(self._absorbed):
+            if not queue:
+                continue
+            lazy = [h for h in queue if isinstance(h, PathFeatures)]
+            computed = iter(gather_features(lazy).split([len(h.nodes) for h in lazy]) if lazy else ())
+            raw = [next(computed) if isinstance(h, PathFeatures) else h for h in queue]
+            fused = self.model.fuse_features(torch.cat(raw).to(self.device)).split([len(h) for h in raw])
+            for features in fused:
+                self.pending_features[b] = torch.cat([self.pending_features[b], self.root_feature[b][None],
+                                                      features[:-1]])
+                self.root_feature[b] = features[-1]
+            self._absorbed[b] = []
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
         """Keep each row's chain (drafted features are replaced by the target's own); queue the accepted path."""
         for b, outcome in enumerate(outcomes):
             if outcome.target_hidden is None:
                 raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
-            features = self.model.fuse_features(outcome.target_hidden.to(self.device))
+            features = self.model.fuse_features(outcome.features().to(self.device))
             self.pending_features[b] = features[:-1]
             self.pending_tokens[b] = list(outcome.accepted_tokens[1:])
             self.root_feature[b] = features[-1]

@@ -77,7 +77,7 @@ class MedusaDrafter:
         for b, outcome in enumerate(outcomes):
             if outcome.target_hidden is None:
                 raise ValueError("MedusaDrafter needs the target's hidden states of the accepted path")
-            self.h[b] = outcome.target_hidden[-1].to(self.device)
+            self.h[b] = outcome.features()[-1].to(self.device)
 
     absorb = observe  # steps another source drafted (hybrid trees): the same update
 
