@@ -17,7 +17,7 @@ from treespec.decode.tree import DraftTree, TreeShape, kary
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
 from treespec.drafters.source_stats import SourceStats, node_probabilities, paying_candidates
-from treespec.drafters.sources import candidate_tree
+from treespec.drafters.sources import candidate_tree, step_cost
 from treespec.errors import ConfigError
 from treespec.eval import certify
 from treespec.eval.reporting import acceptance_by_source, source_counts
@@ -119,6 +119,21 @@ def test_a_model_that_does_not_pay_is_probed_ever_less_often_until_it_pays():
     taken = probes(60)
     assert [b - a for a, b in zip(taken, taken[1:])] == [5, 9, 17, 17]  # waits of 2, 4, 8, then 16 = 8 x probe
     assert probes(12, pays=lambda step: step == 0) == [0, 3, 8]  # it paid: probes every 2 idle steps again
+
+
+def test_a_models_catch_up_on_the_text_it_skipped_is_priced_into_its_step():
+    costs = StepCosts({1: 1.0, 8: 2.0}, {1: 0.2, 16: 0.8})
+    assert step_cost(costs, 4, 2) == pytest.approx(costs.target_cost(4) + 2 * 0.2)
+    assert step_cost(costs, 4, 2, catch_up=15) == pytest.approx(costs.target_cost(4) + 0.8 + 0.2)  # c(16) + c(1)
+    assert step_cost(costs, 4, 0, catch_up=15) == costs.target_cost(4)  # the model does not draft: nothing to read
+    draft = tiny_model("llama", seed=1, layers=1)
+    hybrid = HybridDrafter(CausalLMDrafter(draft, 64), NGramDrafter(4, 1))
+    with torch.no_grad():
+        hybrid.reset([[3, 4, 5, 6]])
+        assert hybrid.model_pending() == [3]  # the prompt before its last token
+        hybrid.note_trees([], model_ran=False)
+        hybrid.observe([StepOutcome((0, -7, -8), (6, 20, 21), bonus=22)])  # a step lookup drafted: absorbed
+    assert hybrid.model_pending() == [6]
 
 
 def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_tree_and_rule():

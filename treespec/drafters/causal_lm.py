@@ -50,6 +50,10 @@ class CausalLMDrafter(RowSlots):
         self._begin(len(prompts))
         self.pending = [[int(t) for t in p[:-1]] for p in prompts]
 
+    def pending_lengths(self) -> list[int]:
+        """Per row, the accepted tokens its next root pass reads before the root (those it has not seen yet)."""
+        return [len(pending) for pending in self.pending]
+
     def _run(self, tokens, positions, mask, features):
         """Hidden states [B, M, H] (lean decoder or a subset head) or logits [B, M, V] of one forward."""
         if self.lean is not None:

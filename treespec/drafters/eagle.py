@@ -58,6 +58,10 @@ class EagleDrafter(RowSlots):
         self._hidden: list[dict[int, torch.Tensor]] = [{} for _ in prompts]
         self._absorbed: list[list] = [[] for _ in prompts]  # per row: target features of steps absorbed, in order
 
+    def pending_lengths(self) -> list[int]:
+        """Per row, the accepted tokens its next root pass reads before the root (those it has not seen yet)."""
+        return [len(pending) for pending in self.pending_tokens]
+
     def _run(self, tokens, positions, mask, features):
         embeds = self.embed(tokens).to(self.dtype)
         if self.lean is None:

@@ -11,23 +11,24 @@ agree and adds new nodes where they part (equal tokens are one node, labelled "m
 How the budget is split, every step, from what was measured (`SourceStats`, kept by the drafter from every verified
 step: P(node accepted | its parent accepted) by source, depth, sibling rank and suffix-match length,
 treespec.drafters.source_stats) and what a step costs (`StepCosts`: the
-target's t(n), one draft level's c; flat and free without a profile):
+target's t(n), a draft level's c(w) over w tokens; flat and free without a profile):
 
   * the n-gram trie, first cut to the nodes that pay for their rows alone (`paying_candidates`), and its expected
     accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
   * the model tree's, L_model: the mean of its accepted nodes per step, measured;
   * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
-    levels * c + o). A row where the first is the larger takes its n-gram tree alone, except when its model is due
-    for a probe: after `probe` steps without the model it drafts again and is measured anew, and each probe after
-    which the model still does not pay doubles the wait (up to 8 x `probe`; a step where it pays resets it), since a
-    probe's draft pass and catch-up on the text it skipped can cost most of a target pass. When every row takes its
-    n-gram tree the model does not draft that step (its drafter queues the accepted text, `absorb`). In a row that takes
-    the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T, what its
-    row costs the pass at the tree's speed G / T.
+    c(1 + k) + (levels - 1) c(1) + o), k the accepted tokens the model has not read yet (steps it skipped), which
+    its first level reads before the root. A row where the first is the larger takes its n-gram tree alone, except
+    when its model is due for a probe: after `probe` steps without the model it drafts again and is measured anew,
+    and each probe after which the model still does not pay doubles the wait (up to 8 x `probe`; a step where it
+    pays resets it), since a probe's draft pass and catch-up can cost most of a target pass. When every row takes
+    its n-gram tree the model does not draft that step (its drafter queues the accepted text, `absorb`). In a row
+    that takes the model's tree, an n-gram node joins it when its probability f(v) exceeds G * (t(n + 1) - t(n)) / T,
+    what its row costs the pass at the tree's speed G / T.
   * under sampling, a merged tree is verified with the deterministic rule, which accepts the model's top-k less
     often than the model policy's own rule on its q (Sequoia's sampling without replacement). With `model_alone`,
     the model policy as it drafts alone, a row weighs the merged tree, (1 + max(E_joined, L_det)) / (t(n + joined)
-    + levels * c + o), against the model's own tree, (1 + L_own) / (t(n) + levels * c + o), where E_joined sums f
+    + levels c(1) + o), against the model's own tree, (1 + L_own) / (t(n) + levels c(1) + o), where E_joined sums f
     over the n-gram nodes that would join and L_det, L_own are the model's accepted nodes per step measured under
     each rule. A step where every row takes the model and prefers its own tree (or where the own rule has not run
     for `probe` steps) drafts with `model_alone`: the hybrid is then the model's tree exactly, verified by its rule.
@@ -68,12 +69,13 @@ class StepPrices(Protocol):
     def draft_cost(self, width: int) -> float: ...
 
 
-def step_cost(costs: StepPrices | None, nodes: int, levels: int = 0) -> float:
-    """A step of `nodes` target rows and `levels` draft levels of one node, relative to the 1-token pass (flat and
-    free without costs)."""
+def step_cost(costs: StepPrices | None, nodes: int, levels: int = 0, catch_up: int = 0) -> float:
+    """A step of `nodes` target rows and `levels` draft levels of one node, the first of them reading `catch_up`
+    tokens before its root, relative to the 1-token pass (flat and free without costs)."""
     if costs is None:
         return 1.0
-    return costs.target_cost(nodes) + costs.draft_cost(1) * levels + costs.overhead
+    draft = costs.draft_cost(1 + catch_up) + costs.draft_cost(1) * (levels - 1) if levels else 0.0
+    return costs.target_cost(nodes) + draft + costs.overhead
 
 
 def _unforwarded(node: int) -> int:
@@ -205,6 +207,12 @@ class HybridDrafter:
         self.ngram.reset(prompts, prefix_features)
         self._model_ran = False
 
+    def model_pending(self) -> list[int]:
+        """Per row, the accepted tokens the model reads before it can draft (its catch-up; 0 for a drafter that
+        needs none, such as Medusa heads)."""
+        pending = getattr(self.model, "pending_lengths", None)
+        return pending() if pending is not None else [0] * len(self.stats)
+
     def note_trees(self, trees: list[DraftTree], model_ran: bool) -> None:
         """The step's trees (counted at `observe`) and whether the model drafted this step."""
         self.ngram.note_trees(trees)
@@ -328,8 +336,8 @@ class Hybrid:
         model_nodes, levels = inner.get("budget", 1), max(0, inner.get("depth", 1) - 1)
         lengths = [stats.model_length() for stats in drafter.stats]
         alone = [(1 + sum(f[1:])) / step_cost(self.costs, len(f)) for f in found]
-        both = [(1 + max(sum(f[1:]), length)) / step_cost(self.costs, len(f) + model_nodes - 1, levels)
-                for f, length in zip(found, lengths)]
+        both = [(1 + max(sum(f[1:]), length)) / step_cost(self.costs, len(f) + model_nodes - 1, levels, pending)
+                for f, length, pending in zip(found, lengths, drafter.model_pending())]
         use_model = [model_nodes > 1 and self._takes_model(b > a, stats)  # a one-node model tree drafts nothing
                      for a, b, stats in zip(alone, both, drafter.stats)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
