@@ -177,11 +177,13 @@ def test_rates_back_off_to_the_level_above_and_separate_match_lengths():
     for _ in range(20):
         stats.count(long, [0, 1, 2])  # after a 4-token match, both levels accepted every time
     stats.count(_chain_tree([9, 5], matches=(0, 1)), [0])  # after a 1-token match, rejected
-    pooled = (20 + 2 * 0.5) / (21 + 2)  # lookup's depth-1 nodes, every match length: the prior of its cells
+    pooled = (20 + 2 * 0.5) / (20 + 2)  # lookup's depth-1 nodes after 4-token matches, every rank: their prior
     assert stats.rate("ngram", 1, 0, 4) == pytest.approx((20 + 2 * pooled) / (20 + 2))
+    assert stats.rate("ngram", 1, 2, 4) == pytest.approx(pooled)  # a rank never proposed: as that match length does
     assert stats.rate("ngram", 9, 0, 4) > 0.95  # never drafted that deep: expected to do as depth 2 did
-    assert stats.rate("ngram", 1, 0, 1) == pytest.approx((0 + 2 * pooled) / (1 + 2))  # its own cell
-    assert stats.rate("ngram", 1, 2, 3) == pytest.approx(pooled)  # a cell never proposed: as lookup does
+    short = (0 + 2 * 0.5) / (1 + 2)  # after 1-token matches: one rejection
+    assert stats.rate("ngram", 1, 0, 1) == pytest.approx((0 + 2 * short) / (1 + 2))  # its own cell
+    assert stats.rate("ngram", 1, 0, 3) == 0.5  # a match length never proposed: the prior
     assert stats.rate("model", 1, 0) == 0.5 and stats.model_length() == 1.0  # no model node: the model did not draft
     merged = _chain_tree([9, 1, 2], sources=("", "model", "model+ngram"), matches=(0, 0, 3))
     stats.count(merged, [0, 1])

@@ -39,7 +39,8 @@ class SourceStats:
         self.probing = False  # the model's last draft was a probe whose worth the next decision judges
         self.own_steps, self.own_accepted = 0, 0  # of those, the steps whose tree its own sampling rule verified
         self.own_idle = 0  # steps since the last of them
-        self._rates: dict = {}  # (source, rank, match) -> rate by depth, and source -> pooled depth-1 rate, until `count`
+        self._rates: dict = {}  # (source, rank, match) -> rate by depth, (source, match) -> pooled depth-1 rate;
+        #   kept until `count`
 
     def _cell(self, source: str, depth: int, rank: int, match: int = 0) -> tuple[int, int, int]:
         """The counters' index of a node: deeper depths share the last row, higher ranks and longer matches the
@@ -49,18 +50,19 @@ class SourceStats:
 
     def rate(self, source: str, depth: int, rank: int, match: int = 0) -> float:
         """The posterior mean of a cell's rate. Its prior has the weight of `PRIOR` trials: at depth 1 the source's
-        depth-1 rate pooled over every rank and match length (itself around 1/2 before any trial), so that a cell
-        seldom proposed is expected to do as the source does (with a prior of 1/2 per cell, prompt lookup's sparse
-        cells kept f near 0.45 where 0.18 of its nodes were accepted, at t=0.7); deeper, around the cell's rate one
-        level up, so a depth that was never drafted is expected to do as the deepest one that was (and gets drafted,
-        and measured, when that pays)."""
+        depth-1 rate at that match length pooled over the sibling ranks (itself around 1/2 before any trial), so
+        that a rank seldom proposed is expected to do as the source's nodes after such a match do (with a prior of
+        1/2 per cell, prompt lookup's trie at t=0.7 was expected to add 0.52 tokens a step and added 0.21; pooled
+        over the match lengths too, a long match was never tried again once short ones had failed); deeper, around
+        the cell's rate one level up, so a depth that was never drafted is expected to do as the deepest one that
+        was (and gets drafted, and measured, when that pays)."""
         d, r, m = self._cell(source, depth, rank, match)
         key = (source, r, m)
         if key not in self._rates:
-            if source not in self._rates:  # the pooled depth-1 rate
-                trials, accepted = self.proposed[source][0].sum(), self.accepted[source][0].sum()
-                self._rates[source] = (accepted + PRIOR * 0.5) / (trials + PRIOR)
-            rates, value = [], self._rates[source]
+            if (source, m) not in self._rates:  # the depth-1 rate pooled over ranks
+                trials, accepted = self.proposed[source][0, :, m].sum(), self.accepted[source][0, :, m].sum()
+                self._rates[source, m] = (accepted + PRIOR * 0.5) / (trials + PRIOR)
+            rates, value = [], self._rates[source, m]
             for level in range(len(self.proposed[source])):
                 value = (self.accepted[source][level, r, m] + PRIOR * value) / (self.proposed[source][level, r, m] + PRIOR)
                 rates.append(value)
