@@ -165,14 +165,6 @@ class TargetFeatures:
     states: dict = field(default_factory=dict)
     layers: tuple[int, ...] = ()
 
-    def rows(self, b: int, nodes: Sequence[int]) -> torch.Tensor:
-        """[len(nodes), F]: row b's features at `nodes`."""
-        index = list(nodes)
-        if not self.layers:
-            return self.last[b, index]
-        states = {i: state[b, index] for i, state in self.states.items()}
-        return fused_features(self.target, self.last[b, index], states, self.layers)
-
     def all(self) -> torch.Tensor:
         """[B, N, F]: every row's features at every node."""
         return fused_features(self.target, self.last, self.states, self.layers) if self.layers else self.last
@@ -189,7 +181,7 @@ class PathFeatures:
 
     def tensor(self) -> torch.Tensor:
         """[len(nodes), F]"""
-        return self.source.rows(self.row, self.nodes)
+        return gather_features([self])
 
 
 def gather_features(paths: Sequence[PathFeatures]) -> torch.Tensor:
@@ -198,13 +190,13 @@ def gather_features(paths: Sequence[PathFeatures]) -> torch.Tensor:
     these are the values each path's `tensor()` gives."""
     first = paths[0].source
 
-    def rows(tensors) -> torch.Tensor:
-        return torch.cat([tensor[p.row, list(p.nodes)] for tensor, p in zip(tensors, paths)])
+    def picked(tensor_of) -> torch.Tensor:  # the paths' rows of one per-pass tensor [B, N, H], concatenated
+        return torch.cat([tensor_of(p.source)[p.row, list(p.nodes)] for p in paths])
 
-    last = rows([p.source.last for p in paths])
+    last = picked(lambda source: source.last)
     if not first.layers:
         return last
-    states = {i: rows([p.source.states[i] for p in paths]) for i in first.states}
+    states = {i: picked(lambda source, i=i: source.states[i]) for i in first.states}
     return fused_features(first.target, last, states, first.layers)
 
 

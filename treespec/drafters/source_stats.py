@@ -52,10 +52,11 @@ class SourceStats:
         """The posterior mean of a cell's rate. Its prior has the weight of `PRIOR` trials: at depth 1 the source's
         depth-1 rate at that match length pooled over the sibling ranks (itself around 1/2 before any trial), so
         that a rank seldom proposed is expected to do as the source's nodes after such a match do (with a prior of
-        1/2 per cell, prompt lookup's trie at t=0.7 was expected to add 0.52 tokens a step and added 0.21; pooled
-        over the match lengths too, a long match was never tried again once short ones had failed); deeper, around
-        the cell's rate one level up, so a depth that was never drafted is expected to do as the deepest one that
-        was (and gets drafted, and measured, when that pays)."""
+        1/2 per cell, prompt lookup's trie at t=0.7 was expected to add 0.52 tokens a step and added 0.21 on the
+        default pair, AMD EPYC, 2 cores, AVX2 only, 2026-12-07; pooled over the match lengths too, a long match was
+        never tried again once short ones had failed); deeper, around the cell's rate one level up, so a depth that
+        was never drafted is expected to do as the deepest one that was (and gets drafted, and measured, when that
+        pays)."""
         d, r, m = self._cell(source, depth, rank, match)
         key = (source, r, m)
         if key not in self._rates:
