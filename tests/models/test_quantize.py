@@ -24,7 +24,7 @@ from treespec.models.quantize import (
     Int6Linear,
     dequantize_int4,
     exact_int4_grid,
-    held_scheme,
+    held_schemes,
     int4_available,
     int4_grid,
     int6_grid,
@@ -351,16 +351,18 @@ def test_a_4_bit_targets_hidden_states_do_not_depend_on_how_its_passes_are_cut(m
         pytest.skip("float32 attention happened to be row-invariant for this model on this machine")
 
 
-def test_a_target_is_held_with_int8_inputs_where_the_kernels_cannot_multiply_bf16(monkeypatch):
-    """`held_scheme`: bf16 inputs where the AVX-512 kernels multiply bf16 directly, int8 ones on the AVX2 build (its
-    bf16 form widens every code to fp32), bf16 again where no int8 form runs either."""
+def test_a_target_is_timed_on_int8_inputs_wherever_the_kernels_have_them(monkeypatch):
+    """`held_schemes`: bf16 and int8 inputs where the AVX-512 kernels multiply both, int8 ones only on the AVX2 build
+    (its bf16 form widens every code to fp32), bf16 where no int8 form runs."""
     monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx512", None))
     monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: None)
-    assert held_scheme() == "int4"
+    assert held_schemes() == ("int4", INT8_ACTIVATIONS)
     monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx2", None))
-    assert held_scheme() == INT8_ACTIVATIONS
+    assert held_schemes() == (INT8_ACTIVATIONS,)
     monkeypatch.setattr(int4_cpu, "int8_unavailable", lambda: "the kernels do not build here")
-    assert held_scheme() == "int4"
+    assert held_schemes() == ("int4",)
+    monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx512", None))
+    assert held_schemes() == ("int4",)
 
 
 @pytest.mark.parametrize("int4_ms", [{1: 5.0, 2: 6.0}, {1: 20.0, 2: 24.0}])
@@ -380,7 +382,7 @@ def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faste
     target, draft, resolved = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
                                                     target_weights="auto", sizes=(1, 2), repeats=1, warmup=0,
                                                     prefix_len=8)
-    scheme = held_scheme()  # "int4", or "int4-a8" where the kernels have no bf16 dot products (AVX2)
+    scheme = held_schemes()[0]  # both forms time alike here, and int8 inputs must win by INT8_MARGIN
     timed = [c for c in resolved.candidates if c["role"] == "target" and c.get("weights") == scheme]
     assert [c["layout"] for c in timed] == ["standard"]
     faster = int4_ms[1] < plain_ms[1]
@@ -399,6 +401,32 @@ def test_hardware_auto_holds_a_4_bit_grid_target_as_codes_where_that_plans_faste
 
 needs_int8 = pytest.mark.skipif(int4_cpu.int8_unavailable() is not None,
                                 reason=f"the kernels have no int8 activations here: {int4_cpu.int8_unavailable()}")
+
+
+@needs_int8
+@pytest.mark.parametrize("int8_speedup", [1.1, 1.5])
+def test_hardware_auto_keeps_int8_inputs_only_where_they_win_by_the_margin(monkeypatch, tmp_path, int8_speedup):
+    """Where both input forms are timed, int8 inputs (another, less faithful model) are held only when they plan
+    INT8_MARGIN times faster than bf16 inputs."""
+    monkeypatch.setenv("TREESPEC_PROFILES", str(tmp_path))
+    monkeypatch.setattr(hardware, "packing_available", lambda: False)
+    monkeypatch.setattr(hardware, "onednn_available", lambda: False)
+    monkeypatch.setattr(int4_cpu, "isa", lambda: ("avx512", None))
+
+    def measure(target, draft, *, sizes, draft_widths, **kwargs):
+        forms = {getattr(m, "activations", None) for m in target.modules() if isinstance(m, Int4Linear)}
+        ms = {1: 10.0, 2: 12.0} if not forms else {n: v / (int8_speedup if "int8" in forms else 1.0)
+                                                   for n, v in {1: 6.0, 2: 7.0}.items()}
+        return hardware.LatencyProfile({1: ms}, {1: {w: 1.0 for w in draft_widths}})
+
+    monkeypatch.setattr(hardware, "measure_latency", measure)
+    target, _, resolved = hardware.auto_profile(snapped(tiny_model("llama", seed=0)), tiny_model("llama", seed=1),
+                                                target_weights="auto", sizes=(1, 2), repeats=1, warmup=0, prefix_len=8)
+    timed = {c.get("weights") for c in resolved.candidates if c["role"] == "target"}
+    assert timed == {None, "int4", INT8_ACTIVATIONS}
+    expected = INT8_ACTIVATIONS if int8_speedup > hardware.INT8_MARGIN else "int4"
+    assert resolved.target_weights == expected == weight_scheme(target)
+    assert (target.model.layers[0].mlp.up_proj.activations == "int8") == (expected == INT8_ACTIVATIONS)
 
 
 @needs_int8

@@ -74,9 +74,10 @@ from treespec.models.loading import attention_names, cache_root, dtype_name, to_
 from treespec.models.precision import BF16_HEAD, INT4_DRAFT, configure, draft_precision_name, precision_name, with_precision
 from treespec.models.quantize import (
     AUTO_WEIGHTS,
+    INT8_ACTIVATIONS,
     SCHEMES,
     fully_held,
-    held_scheme,
+    held_schemes,
     holds_int4_grid,
     int4_available,
     quantize_target_weights,
@@ -89,7 +90,12 @@ ROUNDED_HEAD_COST = 1.25  # a draft rounded to 4 bits (INT4_DRAFT) proposes a li
 # this much cheaper to be kept (the default head: 2.29 against 2.39 tokens per pass, 6 MT-Bench prompts, dynamic 6/4/3,
 # greedy, AMD EPYC 2 cores avx512_bf16, 2026-12-05; its levels 0.76 against 2.1 ms)
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 9  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 10  # bump when what a profile measures changes: older cache entries are then remeasured
+# A target held as 4-bit codes on int8 inputs ("int4-a8") is another model than on bf16 inputs, a little less faithful
+# to the GGUF's weights (teacher-forced top-1 agreement with the fp32 model 97.58% against 99.65% for the default
+# target, equal to llama.cpp's own 97.58%; [AMD EPYC, 2 cores; ISA: avx2 avx512f avx512_bf16], 2026-12-06): where both
+# were timed, `hardware=auto` keeps int8 inputs only when they plan at least this many times faster
+INT8_MARGIN = 1.2
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 CPU_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CPU_SIZES_SLOW = (1, 2, 4, 8, 16, 32)  # when a 1-token pass takes longer than SLOW_PASS_S
@@ -397,7 +403,7 @@ def auto_profile(
     quantized = draft is not None and fully_held(draft)
     draft_layouts = ["standard"] if quantized else layouts
     draft_configurations = sum(1 if d == INT4_DRAFT else len(draft_layouts) for d in draft_dtypes)
-    total = configurations + draft_configurations + extras + len(int4_layouts) + 2
+    total = configurations + draft_configurations + extras + len(int4_layouts) * len(held_schemes()) + 2
     done = 0
 
     def tick(what: str) -> None:
@@ -468,21 +474,25 @@ def auto_profile(
                     packed = measure_target(t_dtype, layout_name(PACKED, 1), variant)
                     measure_switched(t_dtype, PACKED, packed, variant)
             plain = {}
-    held = None
-    if int4_layouts:  # a copy whose 4-bit-grid layers are 4-bit codes; its other layers (the LM head) take the layout
-        scheme = held_scheme()
-        held = quantize_target_weights(_sharing_copy(set_linear_layout(target, "standard")), scheme)
-        for t_dtype, t_layout, variant in _variants(held, ["float32"], int4_layouts, skipped(f"target {scheme}")):
+    held: dict[str, torch.nn.Module] = {}  # per scheme, a copy whose 4-bit-grid layers are 4-bit codes; its other
+    for scheme in held_schemes() if int4_layouts else ():  # layers (the LM head) take the layout
+        held[scheme] = quantize_target_weights(_sharing_copy(set_linear_layout(target, "standard")), scheme)
+        for t_dtype, t_layout, variant in _variants(held[scheme], ["float32"], int4_layouts,
+                                                    skipped(f"target {scheme}")):
             measure_target(t_dtype, t_layout, variant, weights=scheme)
+    # int8 inputs make another, slightly less faithful model: where bf16 inputs were timed too, they must win by
+    # INT8_MARGIN
+    ranked = [(score * (INT8_MARGIN if weights == INT8_ACTIVATIONS and "int4" in held else 1.0), *rest, weights)
+              for score, *rest, weights in scored]
     # the best planned ms per token, except that a two-copy layout within TWO_COPY_TIE of it is preferred: it runs
     # the standard kernels where those were faster, so its small passes tie with standard's within timing noise,
     # and it serves larger passes (batches of trees) faster, for the memory of its second copies
-    lowest = min(score for score, *_ in scored)
-    two_copy_ties = [s for s in scored if parse_layout(s[2])[0] in (HYBRID, PACKED) and s[0] <= TWO_COPY_TIE * lowest]
-    _, t_dtype, t_layout, profile, t_weights = min(two_copy_ties or scored, key=lambda s: s[0])
+    lowest = min(score for score, *_ in ranked)
+    two_copy_ties = [s for s in ranked if parse_layout(s[2])[0] in (HYBRID, PACKED) and s[0] <= TWO_COPY_TIE * lowest]
+    _, t_dtype, t_layout, profile, t_weights = min(two_copy_ties or ranked, key=lambda s: s[0])
     if t_weights:  # the copy measured (quantizing a 1.5B target's grids again took over a minute)
-        target = held
-    held = None
+        target = held[t_weights]
+    held = {}
     target = configure(target, t_dtype, t_layout)
     # where the search stopped early, the profile trees are planned with gets all `repeats` rounds: on an AMD EPYC
     # (2 cores, avx512_bf16; 2026-12-02) a t(n) left flat by a few noisy rounds planned a Sequoia tree of budget 16
