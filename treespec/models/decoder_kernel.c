@@ -82,6 +82,21 @@ static inline f64x8 f64x8_round(f64x8 v) {
 static inline f64x8 f64x8_scale2(f64x8 p, f64x8 n) { return _mm512_scalef_pd(p, n); }
 static inline double f64x8_sum(f64x8 v) { return _mm512_reduce_add_pd(v); }
 static inline double f64x8_first(f64x8 v) { return _mm512_cvtsd_f64(v); }
+static inline f64x8 f64x8_max(f64x8 a, f64x8 b) { return _mm512_max_pd(a, b); }
+static inline double f64x8_largest(f64x8 v) { return _mm512_reduce_max_pd(v); }
+/* the sums of eight vectors' lanes, v[c]'s in lane c (fifteen shuffles for eight reductions) */
+static inline f64x8 f64x8_sums(const f64x8 v[8]) {
+    f64x8 halves[4], pairs[2];
+    for (int i = 0; i < 4; i++)  /* [v[2i]'s 4-lane half sums | v[2i + 1]'s] */
+        halves[i] = _mm512_add_pd(_mm512_shuffle_f64x2(v[2 * i], v[2 * i + 1], 0x44),
+                                  _mm512_shuffle_f64x2(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 2; i++)  /* [2-lane sums of v[4i], v[4i + 1], v[4i + 2], v[4i + 3]] */
+        pairs[i] = _mm512_add_pd(_mm512_shuffle_f64x2(halves[2 * i], halves[2 * i + 1], 0x88),
+                                 _mm512_shuffle_f64x2(halves[2 * i], halves[2 * i + 1], 0xDD));
+    /* lanes 0, 4, 1, 5, 2, 6, 3, 7, then in order */
+    const f64x8 mixed = _mm512_add_pd(_mm512_unpacklo_pd(pairs[0], pairs[1]), _mm512_unpackhi_pd(pairs[0], pairs[1]));
+    return _mm512_permutexvar_pd(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), mixed);
+}
 #else
 typedef struct { __m256d lo, hi; } f64x8;
 #define F64X8_MAP(a, op) ((f64x8){op((a).lo), op((a).hi)})
@@ -132,6 +147,24 @@ static inline double f64x8_sum(f64x8 v) {
     return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
 }
 static inline double f64x8_first(f64x8 v) { return _mm256_cvtsd_f64(v.lo); }
+static inline f64x8 f64x8_max(f64x8 a, f64x8 b) { return F64X8_ZIP(a, b, _mm256_max_pd); }
+static inline double f64x8_largest(f64x8 v) {
+    const __m256d m = _mm256_max_pd(v.lo, v.hi);
+    const __m128d t = _mm_max_pd(_mm256_castpd256_pd128(m), _mm256_extractf128_pd(m, 1));
+    return _mm_cvtsd_f64(_mm_max_sd(t, _mm_unpackhi_pd(t, t)));
+}
+/* the sums of eight vectors' lanes, v[c]'s in lane c */
+static inline f64x8 f64x8_sums(const f64x8 v[8]) {
+    __m256d out[2];
+    for (int i = 0; i < 2; i++) {
+        const __m256d *w = (const __m256d *)(v + 4 * i);  /* the four vectors' (lo, hi) halves */
+        const __m256d s0 = _mm256_add_pd(w[0], w[1]), s1 = _mm256_add_pd(w[2], w[3]);
+        const __m256d s2 = _mm256_add_pd(w[4], w[5]), s3 = _mm256_add_pd(w[6], w[7]);
+        const __m256d h01 = _mm256_hadd_pd(s0, s1), h23 = _mm256_hadd_pd(s2, s3);
+        out[i] = _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20), _mm256_permute2f128_pd(h01, h23, 0x31));
+    }
+    return (f64x8){out[0], out[1]};
+}
 #endif
 
 /* e^x for float64 lanes, within a few ulps: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^13
@@ -202,6 +235,7 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 static inline __attribute__((always_inline)) void score_tile(
         const int heads, const double *q, const float *keys, const int64_t *seen, int64_t count, int64_t d,
         double scale, double *scores, int64_t stride) {
+    f64x8 partial[HEAD_TILE][8];  /* the last keys' lane sums, reduced eight keys at a time */
     for (int64_t c = 0; c < count; c++) {
         const float *k = keys + seen[c] * d;
         f64x8 sum[HEAD_TILE][2];
@@ -213,8 +247,13 @@ static inline __attribute__((always_inline)) void score_tile(
                 sum[t][1] = f64x8_fmadd(f64x8_load(q + t * d + e + 8), k1, sum[t][1]);
             }
         }
-        for (int t = 0; t < heads; t++) scores[t * stride + c] = f64x8_sum(f64x8_add(sum[t][0], sum[t][1])) * scale;
+        for (int t = 0; t < heads; t++) partial[t][c % 8] = f64x8_add(sum[t][0], sum[t][1]);
+        if (c % 8 == 7)
+            for (int t = 0; t < heads; t++)
+                f64x8_store(scores + t * stride + c - 7, f64x8_mul(f64x8_sums(partial[t]), f64x8_set1(scale)));
     }
+    for (int64_t c = count / 8 * 8; c < count; c++)
+        for (int t = 0; t < heads; t++) scores[t * stride + c] = f64x8_sum(partial[t][c % 8]) * scale;
 }
 
 /* acc[t][0 .. 63] (the head features e0 .. e0 + 63) = sum_c weights[t][c] * v_seen[c], in float64 registers */
@@ -259,16 +298,24 @@ static void attend(const Shape *s, const float *query, const float *keys, const 
         }
     }
     double sums[groups];
-    for (int64_t t = 0; t < groups; t++) {
-        double *score = scratch + t * total, best = -INFINITY, sum = 0.0;
-        for (int64_t c = 0; c < count; c++)
-            if (score[c] > best) best = score[c];
+    for (int64_t t = 0; t < groups; t++) {  /* softmax's weights, unnormalized, and their sum */
+        double *score = scratch + t * total;
+        f64x8 top = f64x8_set1(-INFINITY), sum = f64x8_set1(0.0);
         int64_t c = 0;
-        for (; c + 8 <= count; c += 8)
-            f64x8_store(score + c, exp_pd(f64x8_sub(f64x8_load(score + c), f64x8_set1(best))));
-        for (; c < count; c++) score[c] = exp_sd(score[c] - best);
-        for (c = 0; c < count; c++) sum += score[c];
-        sums[t] = sum;
+        for (; c + 8 <= count; c += 8) top = f64x8_max(top, f64x8_load(score + c));
+        double best = f64x8_largest(top);
+        for (; c < count; c++)
+            if (score[c] > best) best = score[c];
+        for (c = 0; c + 8 <= count; c += 8) {
+            const f64x8 weight = exp_pd(f64x8_sub(f64x8_load(score + c), f64x8_set1(best)));
+            f64x8_store(score + c, weight);
+            sum = f64x8_add(sum, weight);
+        }
+        sums[t] = f64x8_sum(sum);
+        for (; c < count; c++) {
+            score[c] = exp_sd(score[c] - best);
+            sums[t] += score[c];
+        }
     }
     for (int64_t t0 = 0; t0 < groups; t0 += HEAD_TILE) {
         const int heads = groups - t0 < HEAD_TILE ? (int)(groups - t0) : HEAD_TILE;
