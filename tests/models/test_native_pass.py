@@ -75,6 +75,22 @@ def test_a_tree_pass_in_c_is_the_torch_loops_bit_for_bit(arch, hidden, heads, kv
     assert torch.equal(native, loop)
 
 
+def test_a_rows_outputs_in_c_do_not_depend_on_the_rows_beside_it():
+    """A leading extra row (seeing the prefix and itself only) moves every row to another place in the products' row
+    tiles, the attention's tasks and the cache's slots: no row's outputs may move."""
+    model = four_bit(heads=6, kv_heads=2, hidden=384)
+    prefix, tokens, positions, mask = _tree_inputs(1, 45, 11, seed=4)
+    p, m = prefix.shape[1], tokens.shape[1]
+    lone = torch.full((1, 1, 1, p + m + 1), torch.finfo(torch.float32).min)
+    lone[..., : p + 1] = 0.0
+    shifted = torch.cat([mask[..., :p], torch.full((1, 1, m, 1), torch.finfo(torch.float32).min), mask[..., p:]], -1)
+    with torch.inference_mode():
+        alone, _ = _pass(model, True, tokens, positions, mask, prefix)
+        tiled, _ = _pass(model, True, torch.cat([(tokens[:, :1] + 1) % VOCAB, tokens], 1),
+                         torch.cat([torch.full((1, 1), p), positions], 1), torch.cat([lone, shifted], 2), prefix)
+    assert torch.equal(tiled[:, 1:], alone)
+
+
 def test_batches_kept_states_and_skipped_layers_match_the_torch_loop():
     model = four_bit(layers=4)
     prefix, tokens, positions, mask = _tree_inputs(3, 21, 5, seed=1)
