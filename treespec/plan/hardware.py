@@ -24,7 +24,9 @@ read measures again.
 With `target_weights="auto"` (the default of `load_pair` and of `model.target_weights`) a target whose linear layers
 lie on a 4-bit grid (a Q4 GGUF's, as the default target's) is also timed with those layers held as 4-bit codes
 (`treespec.models.quantize.quantize_target_weights`; in fp32, its other layers in the oneDNN layout where there is
-one), and held so when that plans faster: the model then decoded is that quantized target, whose tree passes
+one), with its products on bf16 inputs and, where the kernels have them, on int8 inputs (`quantize.held_schemes`; int8
+inputs must plan `INT8_MARGIN` times faster than bf16 ones, being a little less faithful), and held so when that
+plans faster: the model then decoded is that quantized target, whose tree passes
 reproduce its own one-token decoding bit for bit (`treespec.models.attention.exact_attention`).
 Choosing is kept to about `max_seconds` (default 60): rounds stop early for slow models, and a model whose
 1-token pass takes over 0.1 s on a CPU is timed at fewer tree sizes. The chosen configuration is then timed again
