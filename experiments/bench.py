@@ -76,6 +76,8 @@ def run(cfg: DictConfig) -> list[dict]:
     llama = [m for m in methods if m in LLAMA_CPP_METHODS]
     gguf = gguf_file(cfg.target) if llama else None
     reason = llama_cpp.available() if llama else None
+    if llama and reason is None and gguf is not None:
+        reason = llama_cpp.first_pass_fails(gguf, cli.runtime(cfg).threads or torch.get_num_threads())
     if llama and (reason or gguf is None):
         methods = [m for m in methods if m not in LLAMA_CPP_METHODS]
         print(f"{', '.join(llama)} left out: " + (reason or f"{cfg.target} is not a built-in GGUF model"), flush=True)

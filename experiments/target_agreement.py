@@ -58,6 +58,8 @@ def run(cfg: DictConfig) -> dict:
         print(f"{INT8_ACTIVATIONS} left out: {why}")
     gguf, reason = gguf_file(cfg.target), llama_cpp.available()
     if gguf is not None and reason is None:
+        reason = llama_cpp.first_pass_fails(gguf, torch.get_num_threads())
+    if gguf is not None and reason is None:
         llm = llama_cpp.LlamaCpp(gguf, torch.get_num_threads(), all_logits=True)
         predictions["llama.cpp"] = llm.top1(sequences, starts)
     else:

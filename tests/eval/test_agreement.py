@@ -31,3 +31,20 @@ def test_without_llama_cpp_python_the_reason_is_one_line(monkeypatch):
     assert "make baselines" in reason and "\n" not in reason
     with pytest.raises(FileNotFoundError, match="make baselines"):
         llama_cpp.LlamaCpp("x.gguf", 1)
+
+
+def test_a_llama_cpp_build_that_crashes_on_its_first_pass_is_left_out_with_one_line(monkeypatch):
+    """The first pass runs in a child process: a crash (llama.cpp's AMX kernels on some CPUs) or an error becomes a
+    one-line reason, a clean exit none."""
+    import subprocess
+
+    def finishing(code: int, stderr: str = ""):
+        return lambda command, **kwargs: subprocess.CompletedProcess(command, code, "", stderr)
+
+    monkeypatch.setattr(llama_cpp, "_FIRST_PASS", "import ctypes; ctypes.string_at(0)")  # a real crash
+    reason = llama_cpp.first_pass_fails("/models/x.gguf", 2)
+    assert "SIGSEGV" in reason and "x.gguf" in reason and "make baselines" in reason and "\n" not in reason
+    monkeypatch.setattr(subprocess, "run", finishing(1, "Traceback ...\nValueError: bad magic"))
+    assert llama_cpp.first_pass_fails("x.gguf", 2).endswith("ValueError: bad magic")
+    monkeypatch.setattr(subprocess, "run", finishing(0))
+    assert llama_cpp.first_pass_fails("x.gguf", 2) is None

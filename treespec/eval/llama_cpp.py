@@ -6,7 +6,8 @@ source: about 10 minutes on 2 cores); without it `available()` says why and the 
 
 `LlamaCpp(gguf, threads)` decodes token-id prompts (the target tokenizer's ids: the GGUF's own vocabulary) greedily or
 with treespec's sampling settings (temperature, top-p, top-k; llama.cpp's other samplers off), stopping after EOS or
-`max_new_tokens`. With `lookup=k` it drafts up to k tokens by prompt lookup (llama-cpp-python's
+`max_new_tokens`. `first_pass_fails` tries a GGUF in a child process first, so that a build that crashes on this CPU
+is left out with one line instead. With `lookup=k` it drafts up to k tokens by prompt lookup (llama-cpp-python's
 `LlamaPromptLookupDecoding`) and verifies them in one pass. `passes` counts its forward calls, the prompt's
 included (that one gives the first token, as treespec's first step does).
 """
@@ -31,6 +32,43 @@ def available() -> str | None:
     except (ImportError, OSError) as err:  # a wheel built for another CPU, a missing shared library
         return f"llama-cpp-python does not load here ({err}); reinstall with: {INSTALL}"
     return None
+
+
+# a first pass of a GGUF in a child process: a build that crashes there (llama.cpp's AMX kernels on some CPUs, llama.cpp
+# issue 20824) would otherwise take the whole bench down with it
+_FIRST_PASS = """
+import sys
+from llama_cpp import Llama
+model = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]),
+              verbose=False)
+model.eval(model.tokenize(b"Hello, world"))
+"""
+
+
+def first_pass_fails(gguf: str | Path, threads: int) -> str | None:
+    """None when llama.cpp runs a first pass of `gguf` (in a child process, a second or two), else why not (one
+    line)."""
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _FIRST_PASS, str(gguf), str(threads)], capture_output=True,
+                              text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        return f"llama.cpp's first pass of {Path(gguf).name} did not end within 300 s"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        try:
+            how = f"died of {signal.Signals(-done.returncode).name}"
+        except ValueError:
+            how = f"died of signal {-done.returncode}"
+        return (f"llama.cpp {how} on its first pass of {Path(gguf).name} (a build with its AMX kernels does on some "
+                f"CPUs, llama.cpp issue 20824); rebuild it with: pip uninstall -y llama-cpp-python && {INSTALL}, "
+                "which leaves them out")
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return f"llama.cpp failed on its first pass of {Path(gguf).name}: {last}"
 
 
 class LlamaCpp:
