@@ -409,7 +409,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
          * thread, each kv head's query heads go in two parts, so that the threads share them more evenly: one row of
          * the default target (3 kv heads of 3 query heads, 2 threads) took 1.46 against 1.62 ms of attention per
          * pass; at two rows splitting took 2.02 against 1.68 ms ([Intel Xeon, 2 cores; ISA: avx2 avx512f
-         * avx512_bf16], 2026-12-07, 400-token cache, three interleaved runs each) */
+         * avx512_bf16 amx_bf16], 2026-12-07, 400-token cache, three interleaved runs each) */
         const int64_t parts = bm * s->kv_heads < 2 * s->threads && groups > 1 ? 2 : 1, first = (groups + 1) / 2;
         const int64_t tasks = bm * s->kv_heads * parts;
 #pragma omp parallel for num_threads(s->threads) schedule(dynamic)
