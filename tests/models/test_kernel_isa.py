@@ -1,4 +1,4 @@
-"""treespec's kernels come in two instruction sets (AVX-512 BF16: int4_kernel.c, int6_kernel.c; AVX2:
+"""treespec's kernels come in two instruction sets (AVX-512: int4_kernel.c, int6_kernel.c; AVX2:
 avx2_kernels.c). The suite runs whichever this CPU picks; these tests also run the AVX2 build where the CPU would
 pick AVX-512, so that both stay tested whatever machine runs the suite."""
 
@@ -33,7 +33,15 @@ def test_the_instruction_set_is_the_fastest_the_cpu_has_or_the_one_asked_for(mon
     monkeypatch.setattr(int4_cpu, "cpu_flags", lambda: {"avx2", "fma", "f16c"})
     assert int4_cpu.isa() == ("avx2", None)
     monkeypatch.setenv(int4_cpu.ISA_ENV, "avx512")
-    assert int4_cpu.isa() == (None, "the CPU lacks avx512_bf16, avx512bw, avx512f")
+    assert int4_cpu.isa() == (None, "the CPU lacks avx512bw, avx512f, avx512_bf16 or avx512_vnni with avx512vbmi")
+    monkeypatch.setenv(int4_cpu.ISA_ENV, "")
+    # AVX-512 without bf16 dot products runs its int8 form (VNNI; faster than the AVX2 build past one row, docs/hardware.md);
+    # with neither form, AVX2
+    monkeypatch.setattr(int4_cpu, "cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
+                                                        "avx512vbmi"})
+    assert int4_cpu.isa() == ("avx512", None)
+    monkeypatch.setattr(int4_cpu, "cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"})
+    assert int4_cpu.isa() == ("avx2", None)
     monkeypatch.delenv(int4_cpu.ISA_ENV)
     monkeypatch.setattr(int4_cpu, "cpu_flags", lambda: {"avx", "sse4_2"})
     assert int4_cpu.isa() == (None, "the CPU lacks avx2, fma, f16c")

@@ -14,6 +14,39 @@
 static inline __m512 half_to_float(const uint16_t *values) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)values));
 }
+
+/* acc + a . b per 32-bit lane, a and b holding two bf16 values in each (vdpbf16ps). Where the CPU lacks AVX-512 BF16
+ * (an AVX-512 CPU whose int8 form is the fast one), the same sums in fp32: the product of two bf16 values is exact in
+ * fp32, so each of the two additions (the odd element's product first, as vdpbf16ps adds them) rounds once, as there;
+ * only denormals, which vdpbf16ps flushes to zero, can come out otherwise. */
+static inline __m512 dot_bf16_pairs(__m512 acc, __m512i a, __m512i b) {
+#ifdef __AVX512BF16__
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+#else
+    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512 a_odd = _mm512_castsi512_ps(_mm512_and_si512(a, high));
+    const __m512 b_odd = _mm512_castsi512_ps(_mm512_and_si512(b, high));
+    const __m512 a_even = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+    const __m512 b_even = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(a_odd, b_odd));
+    return _mm512_add_ps(acc, _mm512_mul_ps(a_even, b_even));
+#endif
+}
+
+/* 16 fp32 values rounded to bf16, to nearest even (vcvtneps2bf16; without AVX-512 BF16 the same rounding in integer
+ * steps, a NaN kept a quiet NaN, as avx2_kernels.c rounds) */
+static inline __m256i float_to_bf16(__m512 values) {
+#ifdef __AVX512BF16__
+    return (__m256i)_mm512_cvtneps_pbh(values);
+#else
+    const __m512i bits = _mm512_castps_si512(values);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
+    const __mmask16 nan = _mm512_cmp_ps_mask(values, values, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
+#endif
+}
 #endif
 
 /* whether this build has the int8 form (vpdpbusd and vpermb) */

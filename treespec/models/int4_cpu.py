@@ -11,9 +11,11 @@ fp32 lane per instruction), and applies each group's scale and minimum to the gr
 threads, so a tree pass and a one-token pass give the same outputs bit for bit.
 
 The C source is compiled once per machine (`-march=native`; the cache key holds the source, the compiler and the
-CPU's flags) into `$TREESPEC_CACHE/kernels/` and loaded with ctypes. It needs an x86 CPU with AVX-512 BF16 and
-AVX-512 BW, or with AVX2, FMA and F16C (`avx2_kernels.c`: the same functions, layouts and row independence, int8
-products by `vpmaddubsw`; `isa` says which is built, `TREESPEC_KERNEL_ISA=avx2` asks for it), and a C compiler
+CPU's flags) into `$TREESPEC_CACHE/kernels/` and loaded with ctypes. It needs an x86 CPU with AVX-512 BW and either
+AVX-512 BF16 or AVX-512 VNNI with VBMI (without BF16 the bf16 form runs its dot products in fp32 steps and the int8
+form is the fast one), or with AVX2, FMA and F16C (`avx2_kernels.c`: the same functions, layouts and row
+independence, int8 products by `vpmaddubsw`; `isa` says which is built, `TREESPEC_KERNEL_ISA=avx2` asks for it), and
+a C compiler
 (`$CC`, default `cc`); elsewhere, or with `TREESPEC_INT4_KERNEL=torch`, 4-bit layers use torch's kernel
 (`kernel_unavailable` says why).
 
@@ -64,9 +66,11 @@ KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
-ISA_ENV = "TREESPEC_KERNEL_ISA"  # "avx2": build the AVX2 kernels even where AVX-512 BF16 is there (tests, comparisons)
-# the CPU flags each instruction set's kernels need, the fastest first
-ISA_FLAGS = {"avx512": ("avx512_bf16", "avx512bw", "avx512f"), "avx2": ("avx2", "fma", "f16c")}
+ISA_ENV = "TREESPEC_KERNEL_ISA"  # "avx2": build the AVX2 kernels even where AVX-512 ones run (tests, comparisons)
+# the CPU flags each instruction set's kernels need, the fastest first; AVX-512 also needs one of its product forms
+# natively (AVX512_FORMS): without either, its bf16 products run in fp32 steps, not measured against the AVX2 kernels
+ISA_FLAGS = {"avx512": ("avx512bw", "avx512f"), "avx2": ("avx2", "fma", "f16c")}
+AVX512_FORMS = (("avx512_bf16",), ("avx512_vnni", "avx512vbmi"))  # bf16 dot products (vdpbf16ps); int8 ones (vpdpbusd)
 BLOCK = 16  # output columns per block of the layout
 GROUP = 32  # input weights per scale and minimum
 ACTIVATIONS = ("bf16", "int8")  # how a product takes its inputs: rounded to bf16, or to int8 with a scale per 32
@@ -81,17 +85,26 @@ def _compiler() -> str | None:
 
 def isa() -> tuple[str | None, str | None]:
     """(the instruction set the kernels are built for here: "avx512" or "avx2", None) or (None, why none fits):
-    the first of ISA_FLAGS whose flags the CPU has, or $TREESPEC_KERNEL_ISA's choice where the CPU allows it."""
+    the first of ISA_FLAGS whose flags the CPU has (for AVX-512, with one of AVX512_FORMS), or $TREESPEC_KERNEL_ISA's
+    choice where the CPU allows it."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None, f"an x86-64 CPU is needed (this is {platform.machine()})"
     wanted = os.environ.get(ISA_ENV, "").lower()
     if wanted and wanted not in ISA_FLAGS:
         return None, f"{ISA_ENV}={wanted!r} is not one of {', '.join(ISA_FLAGS)}"
-    for name, flags in ISA_FLAGS.items():
-        if wanted in ("", name) and all(flag in cpu_flags() for flag in flags):
+    for name in ISA_FLAGS:
+        if wanted in ("", name) and not _lacks(name):
             return name, None
-    needed = ISA_FLAGS[wanted] if wanted else ISA_FLAGS["avx2"]
-    return None, f"the CPU lacks {', '.join(flag for flag in needed if flag not in cpu_flags())}"
+    return None, f"the CPU lacks {', '.join(_lacks(wanted or 'avx2'))}"
+
+
+def _lacks(instruction_set: str) -> list[str]:
+    """The CPU flags this CPU lacks for an instruction set's kernels (none: they run here)."""
+    flags = cpu_flags()
+    missing = [flag for flag in ISA_FLAGS[instruction_set] if flag not in flags]
+    if instruction_set == "avx512" and not any(all(f in flags for f in form) for form in AVX512_FORMS):
+        missing.append(" or ".join(" with ".join(form) for form in AVX512_FORMS))
+    return missing
 
 
 def _build(compiler: str, instruction_set: str) -> Path:

@@ -1,7 +1,8 @@
 /* treespec's CPU kernel for 4-bit weights: out[M, N] = x[M, K] @ W.T, W [N, K] held as 4-bit codes in groups of 32
  * input weights with an fp16 scale and minimum each (w = code * scale + min), x in bf16, products and sums in fp32.
  *
- * Built by treespec.models.int4_cpu for the CPU it runs on (-march=native); it needs AVX-512 BF16 (vdpbf16ps).
+ * Built by treespec.models.int4_cpu for the CPU it runs on (-march=native), with AVX-512 BF16 (vdpbf16ps) or, on an
+ * AVX-512 CPU without it, the same sums in fp32 steps (activations.h's dot_bf16_pairs; there the int8 form is fast).
  * Per group g and output column n, the group's dot product splits into an exact integer-weighted part and a
  * minimum part:  sum_j x_j w_j = scale_gn * sum_j x_j code_j + min_gn * sum_j x_j.  The codes 0..15 are exact in
  * bf16, so vdpbf16ps multiplies them by x exactly and only the fp32 sums round.
@@ -20,10 +21,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-#ifndef __AVX512BF16__
-#error "this kernel needs AVX-512 BF16"
-#endif
 
 #include "activations.h"
 #include "row_tiles.h"
@@ -53,7 +50,7 @@ static inline __attribute__((always_inline)) void tile(
             const __m512i weights = _mm512_permutexvar_epi16(decode(group_codes + 16 * p), table);
             for (int r = 0; r < rows; r++) {
                 const int32_t pair = *(const int32_t *)(x + (r0 + r) * k + 32 * g + 2 * p);
-                dot[r] = _mm512_dpbf16_ps(dot[r], (__m512bh)weights, (__m512bh)_mm512_set1_epi32(pair));
+                dot[r] = dot_bf16_pairs(dot[r], weights, _mm512_set1_epi32(pair));
             }
         }
         const __m512 s = half_to_float(scale + (b * groups + g) * 16);
@@ -75,7 +72,7 @@ uint16_t *treespec_bf16_rows(const void *x_in, int x_is_bf16, int64_t m, int64_t
     if (rows == NULL) return NULL;
     const float *source = (const float *)x_in;
     for (int64_t i = 0; i < m * k; i += 16)
-        _mm256_storeu_si256((__m256i *)(rows + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(source + i)));
+        _mm256_storeu_si256((__m256i *)(rows + i), float_to_bf16(_mm512_loadu_ps(source + i)));
     *converted = rows;
     return rows;
 }

@@ -4,7 +4,8 @@
  * exactly, its Q6_K tensors (16-weight sub-blocks, each with its own scale d * sc) up to the fp16 rounding of d * sc;
  * treespec.models.quantize.Int6Linear holds them.
  *
- * Built with int4_kernel.c by treespec.models.int4_cpu (-march=native); it needs AVX-512 BF16 (vdpbf16ps). A 64-entry
+ * Built with int4_kernel.c by treespec.models.int4_cpu (-march=native); bf16 dot products by vdpbf16ps, or in fp32
+ * steps where the CPU lacks AVX-512 BF16 (activations.h's dot_bf16_pairs). A 64-entry
  * table (vpermt2w) turns each code into the bf16 value code - 32, exact in bf16, so each group's dot product with the
  * input rounded to bf16 runs in fp32 sums and is scaled once. As in int4_kernel.c, every output element is computed
  * by the same instruction sequence whatever the number of rows, the row tile and the threads: a row's outputs do not
@@ -66,7 +67,7 @@ static inline __attribute__((always_inline)) void tile(
                     const int64_t input = group * g + 16 * s + 4 * v + 2 * half;
                     for (int r = 0; r < rows; r++) {
                         const int32_t pair = *(const int32_t *)(x + (r0 + r) * k + input);
-                        dot[r] = _mm512_dpbf16_ps(dot[r], (__m512bh)values, (__m512bh)_mm512_set1_epi32(pair));
+                        dot[r] = dot_bf16_pairs(dot[r], values, _mm512_set1_epi32(pair));
                     }
                 }
             }

@@ -10,7 +10,7 @@ Its results are the lean pass's and transformers' modules' (tests/models/test_na
 row's depend only on its own inputs and the keys it may see.
 
 `native_unsupported(lean)` says why a model cannot run this way: it needs treespec's kernels (treespec.models.int4_cpu:
-x86-64 with AVX-512 BF16 and a C compiler), every projection held in 4 bits (`Int4Linear`) or 6 bits (`Int6Linear`, a
+x86-64 with AVX-512 or AVX2 and a C compiler), every projection held in 4 bits (`Int4Linear`) or 6 bits (`Int6Linear`, a
 GGUF's Q6_K and Q5_0 tensors) on treespec's kernels (q/k/v and gate/up as at most three products side by side),
 exact norms and SiLU, fp32 activations, head sizes a multiple of 64. The KV cache is held in fp32
 (the keys and values are fp32 values; the C pass widens them as it reads). `TREESPEC_NATIVE_PASS=0` turns it off.

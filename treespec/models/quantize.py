@@ -570,8 +570,8 @@ def quantize_draft_weights(model: torch.nn.Module, scheme: str | None, group: in
 
 
 def held_schemes() -> tuple[str, ...]:
-    """The schemes `hardware=auto` times a 4-bit-grid target in. Where the AVX-512 kernels multiply bf16 directly,
-    both bf16 inputs ("int4") and, where they have them, int8 inputs ("int4-a8"): which is faster depends on the CPU
+    """The schemes `hardware=auto` times a 4-bit-grid target in. Where the AVX-512 kernels run, both bf16 inputs
+    ("int4") and, where they have them, int8 inputs ("int4-a8"): which is faster depends on the CPU
     (int8 inputs took the default target's one-token pass from 14.0 to 7.7 ms on [Intel Xeon, 2 cores; ISA: avx2
     avx512f avx512_bf16 amx_bf16], 2026-12-07, against 7.34 to 7.04 ms on [AMD EPYC, 2 cores; ISA: avx2 avx512f
     avx512_bf16], 2026-12-06), and `hardware.INT8_MARGIN` weighs what int8 inputs cost in fidelity. On the AVX2
