@@ -35,8 +35,8 @@ def test_the_instruction_set_is_the_fastest_the_cpu_has_or_the_one_asked_for(mon
     monkeypatch.setenv(int4_cpu.ISA_ENV, "avx512")
     assert int4_cpu.isa() == (None, "the CPU lacks avx512bw, avx512f, avx512_bf16 or avx512_vnni with avx512vbmi")
     monkeypatch.setenv(int4_cpu.ISA_ENV, "")
-    # AVX-512 without bf16 dot products runs its int8 form (VNNI; faster than the AVX2 build past one row, docs/hardware.md);
-    # with neither form, AVX2
+    # AVX-512 without bf16 dot products: its int8 form (VNNI) beat the AVX2 build past one row (docs/hardware.md);
+    # with neither product form, AVX2
     monkeypatch.setattr(int4_cpu, "cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
                                                         "avx512vbmi"})
     assert int4_cpu.isa() == ("avx512", None)

@@ -16,9 +16,10 @@ static inline __m512 half_to_float(const uint16_t *values) {
 }
 
 /* acc + a . b per 32-bit lane, a and b holding two bf16 values in each (vdpbf16ps). Where the CPU lacks AVX-512 BF16
- * (an AVX-512 CPU whose int8 form is the fast one), the same sums in fp32: the product of two bf16 values is exact in
- * fp32, so each of the two additions (the odd element's product first, as vdpbf16ps adds them) rounds once, as there;
- * only denormals, which vdpbf16ps flushes to zero, can come out otherwise. */
+ * (an AVX-512 CPU whose int8 form is the fast one), the same dot product in fp32 steps: each product of two bf16
+ * values is exact in fp32, and the two are added to acc one at a time (the odd element's first, the order Intel's
+ * description of vdpbf16ps gives), each addition rounded to nearest. Its bits may differ from the instruction's (which
+ * also flushes denormals); a build runs one form or the other, and either keeps every row's sums independent. */
 static inline __m512 dot_bf16_pairs(__m512 acc, __m512i a, __m512i b) {
 #ifdef __AVX512BF16__
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);

@@ -15,8 +15,7 @@ CPU's flags) into `$TREESPEC_CACHE/kernels/` and loaded with ctypes. It needs an
 AVX-512 BF16 or AVX-512 VNNI with VBMI (without BF16 the bf16 form runs its dot products in fp32 steps and the int8
 form is the fast one), or with AVX2, FMA and F16C (`avx2_kernels.c`: the same functions, layouts and row
 independence, int8 products by `vpmaddubsw`; `isa` says which is built, `TREESPEC_KERNEL_ISA=avx2` asks for it), and
-a C compiler
-(`$CC`, default `cc`); elsewhere, or with `TREESPEC_INT4_KERNEL=torch`, 4-bit layers use torch's kernel
+a C compiler (`$CC`, default `cc`); elsewhere, or with `TREESPEC_INT4_KERNEL=torch`, 4-bit layers use torch's kernel
 (`kernel_unavailable` says why).
 
 Layout (`to_kernel_layout`): codes uint8 [O / 16, I / 32, 16, 16] (two codes per byte, see the C source), scale
