@@ -410,14 +410,15 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
          * the default target (3 kv heads of 3 query heads, 2 threads) took 1.46 against 1.62 ms of attention per
          * pass; at two rows splitting took 2.02 against 1.68 ms ([Intel Xeon, 2 cores; ISA: avx2 avx512f
          * avx512_bf16 amx_bf16], 2026-12-07, 400-token cache, three interleaved runs each) */
-        const int64_t parts = bm * s->kv_heads < 2 * s->threads && groups > 1 ? 2 : 1, first = (groups + 1) / 2;
+        const int64_t parts = bm * s->kv_heads < 2 * s->threads && groups > 1 ? 2 : 1;
+        const int64_t first = parts == 1 ? groups : (groups + 1) / 2;  /* the query heads of a kv head's first part */
         const int64_t tasks = bm * s->kv_heads * parts;
 #pragma omp parallel for num_threads(s->threads) schedule(dynamic)
         for (int64_t task = 0; task < tasks; task++) {
             const int64_t part = task % parts, g = task / parts % s->kv_heads, r = task / parts / s->kv_heads;
             const int64_t b = r / s->rows, base = (b * s->kv_heads + g) * capacity[l] * d;
-            const int64_t from = parts == 1 ? 0 : part * first, heads = parts == 1 ? groups : part ? groups - first : first;
-            const int64_t at = r * q_width + (g * groups + from) * d;
+            const int64_t heads = part ? groups - first : first;
+            const int64_t at = r * q_width + (g * groups + part * first) * d;
             attend(s, heads, query + at, keys[l] + base, values[l] + base, visible + r * total, total, attended + at,
                    scratch + omp_get_thread_num() * scratch_doubles);
         }

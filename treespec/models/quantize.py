@@ -578,10 +578,9 @@ def held_schemes() -> tuple[str, ...]:
     build int8 inputs only: its bf16 form widens every code to fp32 (on an AMD EPYC with AVX2 only, 2026-12-06, the
     default target's pass took 13-22 ms for one token against 5.6-6.1 ms with int8 activations, and 40-43 against
     19 ms for eight). bf16 inputs where no int8 form runs."""
-    int8 = int4_cpu.int8_unavailable() is None
-    if int4_cpu.isa()[0] != "avx512":
-        return (INT8_ACTIVATIONS,) if int8 else ("int4",)
-    return ("int4", INT8_ACTIVATIONS) if int8 else ("int4",)
+    if int4_cpu.int8_unavailable() is not None:
+        return ("int4",)
+    return ("int4", INT8_ACTIVATIONS) if int4_cpu.isa()[0] == "avx512" else (INT8_ACTIVATIONS,)
 
 
 def quantize_target_weights(model: torch.nn.Module, scheme: str | None, group: int = GROUP) -> torch.nn.Module:
