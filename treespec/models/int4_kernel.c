@@ -124,7 +124,7 @@ static inline __attribute__((always_inline)) void tile_int8(
                 _mm512_srlv_epi16(_mm512_permutexvar_epi8(order, packed), shifts), _mm512_set1_epi8(0x0F));
             for (int r = 0; r < rows; r++) {
                 const int32_t four = *(const int32_t *)(x->values + (r0 + r) * k + 32 * g + 4 * i);
-                dot[r] = _mm512_dpbusd_epi32(dot[r], weights, _mm512_set1_epi32(four));
+                dot[r] = dot_bytes(dot[r], weights, _mm512_set1_epi32(four));
             }
         }
         const __m512 s = half_to_float(scale + (b * groups + g) * 16);

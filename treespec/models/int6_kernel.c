@@ -99,7 +99,7 @@ static inline __attribute__((always_inline)) void tile_int8(
             for (int v = 0; v < 4; v++) {
                 for (int r = 0; r < rows; r++) {
                     const int32_t four = *(const int32_t *)(x->values + (r0 + r) * k + group * g + 16 * s + 4 * v);
-                    dot[r] = _mm512_dpbusd_epi32(dot[r], weights[v], _mm512_set1_epi32(four));
+                    dot[r] = dot_bytes(dot[r], weights[v], _mm512_set1_epi32(four));
                 }
             }
         }
