@@ -228,6 +228,14 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
     }
 }
 
+/* the cache rows attention reads PREFETCH_AHEAD visible slots ahead are asked for early: the attention of the default
+ * target's one-token pass took 2.07 against 2.31 ms on a 400-token cache, 3.88 against 4.42 ms on 800 (medians of
+ * three interleaved runs, [Intel(R) Xeon(R) Processor @ 2.80GHz, 2 cores; ISA: avx2 avx512f], 2026-12-07) */
+#define PREFETCH_AHEAD 8
+static inline void prefetch_row(const float *row, int64_t floats) {
+    for (int64_t e = 0; e < floats; e += 16) _mm_prefetch((const char *)(row + e), _MM_HINT_T0);
+}
+
 #define HEAD_TILE 3  /* query heads sharing a key/value head that are processed together (registers) */
 
 /* scores[t][c] = scale * q_t . k_seen[c] for `heads` (1 .. HEAD_TILE) query heads, q [heads, d] in float64: each key
@@ -238,6 +246,7 @@ static inline __attribute__((always_inline)) void score_tile(
     f64x8 partial[HEAD_TILE][8];  /* the last keys' lane sums, reduced eight keys at a time */
     for (int64_t c = 0; c < count; c++) {
         const float *k = keys + seen[c] * d;
+        if (c + PREFETCH_AHEAD < count) prefetch_row(keys + seen[c + PREFETCH_AHEAD] * d, d);
         f64x8 sum[HEAD_TILE][2];
         for (int t = 0; t < heads; t++) sum[t][0] = sum[t][1] = f64x8_set1(0.0);
         for (int64_t e = 0; e < d; e += 16) {
@@ -265,6 +274,7 @@ static inline __attribute__((always_inline)) void value_tile(
         for (int j = 0; j < 8; j++) sum[t][j] = f64x8_set1(0.0);
     for (int64_t c = 0; c < count; c++) {
         const float *v = values + seen[c] * d + e0;
+        if (c + PREFETCH_AHEAD < count) prefetch_row(values + seen[c + PREFETCH_AHEAD] * d + e0, 64);
         f64x8 w[HEAD_TILE];
         for (int t = 0; t < heads; t++) w[t] = f64x8_set1(weights[t * stride + c]);
         for (int j = 0; j < 8; j++) {
