@@ -189,6 +189,9 @@ def test_bench_on_tiny_models(tmp_path):
         if row["method"] in ("hf_generate", "autoregressive"):
             assert row["tokens_per_pass"] == pytest.approx(1.0, abs=0.15)
     assert all(r["speedup"] == 1.0 for r in table if r["method"] == "hf_generate")
+    for row in table:  # every method timed its prompts' pass, and decoding ran faster than prefill plus decoding
+        assert 0 < row["prefill_seconds"] < row["seconds"], row
+        assert row["decode_tokens_per_second"] > row["tokens_per_second"], row
     costs = {r["method"]: (r.get("draft_cost"), r.get("draft_mb")) for r in table}  # each drafter's c and weights
     assert costs["autoregressive"] == (0.0, 0.0) and costs["hf_generate"] == (None, None)
     assert costs["dynamic"][0] > 0 and costs["dynamic"][1] > 0 and costs["hybrid"][0] > 0
@@ -209,8 +212,10 @@ def test_the_pass_counter_hooks_the_target_only_while_counting():
     with counter.counting():
         assert lean_unsupported(model) is not None
         model(input_ids=torch.tensor([[1, 2, 3]]))
+        first = counter.first_seconds
         model(input_ids=torch.tensor([[4]]))
     assert counter.calls == 2 and lean_unsupported(model) is None
+    assert first is not None and first > 0 and counter.first_seconds == first  # the first call's time only
 
 
 def test_bench_table_arithmetic():
@@ -227,6 +232,21 @@ def test_bench_table_arithmetic():
     assert table["sequoia"]["greedy_parity"] == 0.5 and table["hf_generate"]["speedup"] == 1.0
     text = format_table(list(table.values()))
     assert "sequoia" in text and "3.00x" in text and "50%" in text
+    assert table["sequoia"]["prefill_seconds"] is None and table["sequoia"]["decode_vs_llama_cpp"] is None
+
+
+def test_bench_table_splits_prefill_from_decoding():
+    rows = [dict(prompt_id=p, sampling="greedy", method=method, tokens=10, seconds=seconds, prefill_seconds=prefill,
+                 passes=10) for p in range(2)
+            for method, seconds, prefill in [("llama_cpp", 3.0, 1.0), ("ngram", 1.5, 0.5), ("hf_generate", 4.0, None)]]
+    table = {r["method"]: r for r in bench_table(rows)}
+    assert table["ngram"]["vs_llama_cpp"] == pytest.approx(2.0)
+    assert table["ngram"]["prefill_seconds"] == pytest.approx(1.0)
+    assert table["ngram"]["decode_tokens_per_second"] == pytest.approx(20 / 2.0)
+    assert table["llama_cpp"]["decode_tokens_per_second"] == pytest.approx(20 / 4.0)
+    assert table["ngram"]["decode_vs_llama_cpp"] == pytest.approx(2.0)
+    assert table["hf_generate"]["prefill_seconds"] is None and table["hf_generate"]["decode_vs_llama_cpp"] is None
+    assert "2.00x" in format_table(list(table.values()))
 
 
 def _batch_profile(path):

@@ -48,3 +48,36 @@ def test_a_llama_cpp_build_that_crashes_on_its_first_pass_is_left_out_with_one_l
     assert llama_cpp.first_pass_fails("x.gguf", 2).endswith("ValueError: bad magic")
     monkeypatch.setattr(subprocess, "run", finishing(0))
     assert llama_cpp.first_pass_fails("x.gguf", 2) is None
+
+
+def test_llama_cpp_times_the_prompts_pass_apart(monkeypatch):
+    """The bench splits prefill from decoding: the first forward call of each `generate` (the prompt) is timed."""
+    import sys
+    import time
+    import types
+
+    from treespec.decode.sampling import SamplingConfig
+    from treespec.eval.bench import llama_cpp_method
+
+    class FakeLlama:  # llama-cpp-python's Llama as LlamaCpp uses it: a prompt pass, then one call per token
+        def __init__(self, **_):
+            pass
+
+        def set_seed(self, seed):
+            pass
+
+        def eval(self, tokens):
+            time.sleep(0.05 if len(tokens) > 1 else 0.0)
+
+        def generate(self, tokens, reset=True, **_):
+            self.eval(tokens)
+            while True:
+                yield 5
+                self.eval([5])
+
+    monkeypatch.setattr(llama_cpp, "available", lambda: None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    llm = llama_cpp.LlamaCpp("x.gguf", 1)
+    run = llama_cpp_method(llm, eos=None)([[1, 2, 3], [4, 5]], SamplingConfig(temperature=0.0), 0, 4)
+    assert run.outputs == [[5] * 4, [5] * 4] and run.passes == 2 * 4  # the 4th token needs no call after it
+    assert 0.1 <= run.prefill_seconds < 0.2

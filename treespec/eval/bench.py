@@ -32,31 +32,41 @@ class Run:
     passes: int  # target passes summed over the rows (a batched pass counts once per row it served)
     batched_passes: int  # the target's forward calls
     source_counts: dict | None = None  # trees from several sources: treespec.eval.reporting.source_counts
+    prefill_seconds: float | None = None  # the time the prompts' own pass took (None: not measured)
 
 
 Method = Callable[[list[list[int]], SamplingConfig, int, int], Run]
 
 
 class PassCounter:
-    """Counts forward calls of a model (one per target pass) through a forward pre-hook, only inside `counting()`:
-    a hook left on the target would keep treespec's engine off its lean decoder (which runs no hooks) for every
-    other method (treespec.models.lean.lean_unsupported)."""
+    """Counts forward calls of a model (one per target pass) through forward hooks, only inside `counting()`, and
+    times the first of them (`first_seconds`: the prompt's pass, as `generate` runs it): a hook left on the target
+    would keep treespec's engine off its lean decoder (which runs no hooks) for every other method
+    (treespec.models.lean.lean_unsupported)."""
 
     def __init__(self, model: torch.nn.Module):
-        self.model, self.calls = model, 0
+        self.model, self.calls, self.first_seconds = model, 0, None
+        self._started = 0.0
 
     @contextlib.contextmanager
     def counting(self):
-        """Count the calls made inside the block (from zero)."""
-        self.calls = 0
-        handle = self.model.register_forward_pre_hook(self._hook)
+        """Count the calls made inside the block (from zero) and time the first."""
+        self.calls, self.first_seconds = 0, None
+        handles = [self.model.register_forward_pre_hook(self._before), self.model.register_forward_hook(self._after)]
         try:
             yield self
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
 
-    def _hook(self, *_):
+    def _before(self, *_):
         self.calls += 1
+        if self.calls == 1:
+            self._started = time.perf_counter()
+
+    def _after(self, *_):
+        if self.calls == 1 and self.first_seconds is None:
+            self.first_seconds = time.perf_counter() - self._started
 
 
 def hf_generate(target, assistant, batch: list[list[int]], sampling: SamplingConfig, max_new_tokens: int,
@@ -89,7 +99,7 @@ def hf_method(target, counter: PassCounter, eos: int | None, pad: int, assistant
     def run(group, sampling, seed, max_new_tokens) -> Run:
         with counter.counting():
             outputs = hf_generate(target, assistant, group, sampling, max_new_tokens, eos, pad, seed)
-        return Run(outputs, counter.calls * len(group), counter.calls)
+        return Run(outputs, counter.calls * len(group), counter.calls, prefill_seconds=counter.first_seconds)
 
     return run
 
@@ -103,7 +113,7 @@ def treespec_method(target, draft, policy, eos: int | None, draft_vocab=None) ->
                               temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed,
                               eos_token_id=eos, draft_vocab=draft_vocab)
         return Run([o.tokens for o in outs], sum(o.target_passes for o in outs),
-                   1 + max(o.target_passes for o in outs), source_counts(outs) or None)
+                   1 + max(o.target_passes for o in outs), source_counts(outs) or None, outs[0].prefill_s)
 
     return run
 
@@ -123,15 +133,16 @@ def draft_footprint(target, draft, policy) -> dict[str, float]:
 
 def llama_cpp_method(llm, eos: int | None) -> Method:
     """llama.cpp (treespec.eval.llama_cpp.LlamaCpp) as a bench method: one prompt after another (row b draws from
-    seed + b); passes are its forward calls."""
+    seed + b); passes are its forward calls, its prefill the prompts' first calls."""
 
     def run(group, sampling, seed, max_new_tokens) -> Run:
-        outputs, passes = [], 0
+        outputs, passes, prefill = [], 0, 0.0
         for b, ids in enumerate(group):
             tokens, calls = llm.generate(ids, sampling, max_new_tokens, eos, seed + b)
             outputs.append(tokens)
             passes += calls
-        return Run(outputs, passes, passes)
+            prefill += llm.first_seconds
+        return Run(outputs, passes, passes, prefill_seconds=prefill)
 
     return run
 
@@ -167,7 +178,8 @@ def run_bench(methods: dict[tuple[str, str], Method], groups: Sequence[Sequence[
                 done.append({"prompt_id": prompt.id if len(group) == 1 else "+".join(str(p.id) for p, _ in group),
                              "category": prompt.category if len(group) == 1 else "batch", "sampling": sampling_name,
                              "method": method, "batch_size": len(group), "tokens": sum(len(o) for o in run.outputs),
-                             "seconds": seconds, "passes": run.passes, "batched_passes": run.batched_passes,
+                             "seconds": seconds, "prefill_seconds": run.prefill_seconds, "passes": run.passes,
+                             "batched_passes": run.batched_passes,
                              **info(sampling_name, method), "output": output,
                              **({"source_counts": run.source_counts} if run.source_counts else {})})
             for row in done:  # greedy: every method must reproduce the reference's output

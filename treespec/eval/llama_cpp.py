@@ -15,6 +15,7 @@ included (that one gives the first token, as treespec's first step does).
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 from treespec.decode.sampling import SamplingConfig
@@ -88,12 +89,17 @@ class LlamaCpp:
             draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup)
         self.model = Llama(model_path=str(gguf), n_ctx=context, n_threads=threads, n_threads_batch=threads,
                            seed=seed, verbose=False, draft_model=draft, logits_all=all_logits or draft is not None)
-        self.calls = 0
+        self.calls, self.first_seconds = 0, 0.0  # forward calls of the last `generate`; its first call's seconds
         evaluate = self.model.eval
 
         def counted(tokens):
             self.calls += 1
-            return evaluate(tokens)
+            if self.calls > 1:
+                return evaluate(tokens)
+            start = time.perf_counter()
+            result = evaluate(tokens)
+            self.first_seconds = time.perf_counter() - start
+            return result
 
         self.model.eval = counted
 

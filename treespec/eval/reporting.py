@@ -103,7 +103,9 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
     tokens/s over treespec's own autoregressive method (when run), vs_assisted over transformers' assisted
     generation (hf_assisted, when run), vs_llama_cpp over llama.cpp's plain decoding of the same GGUF (llama_cpp,
     when run), next to the planner's predicted_speedup
-    (rows may carry it), which is relative to that same autoregressive loop."""
+    (rows may carry it), which is relative to that same autoregressive loop. Where every row of a method timed its
+    prompts' pass (prefill_seconds), prefill_seconds is their sum, decode_tokens_per_second the tokens over the
+    seconds after it, and decode_vs_llama_cpp that over llama.cpp's (None otherwise)."""
     import statistics
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -118,6 +120,8 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
                   for r in members if r["prompt_id"] in base and r["seconds"] > 0 and base[r["prompt_id"]]["seconds"] > 0]
         parity = [r["matches_reference"] for r in members if r.get("matches_reference") is not None]
         predicted = [r["predicted_accepted"] for r in members if r.get("predicted_accepted") is not None]
+        prefill = None if any(r.get("prefill_seconds") is None for r in members) else \
+            sum(r["prefill_seconds"] for r in members)
         table.append({
             "sampling": sampling, "method": method, "prompts": len(members), "tokens": tokens,
             "seconds": round(seconds, 3), "tokens_per_second": tokens / seconds if seconds else float("nan"),
@@ -125,6 +129,9 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
             "predicted_tokens_per_pass": predicted[0] if predicted else None,
             "median_speedup": statistics.median(ratios) if ratios else None,
             "greedy_parity": (sum(parity) / len(parity)) if parity else None,
+            "prefill_seconds": None if prefill is None else round(prefill, 3),
+            "decode_tokens_per_second": tokens / (seconds - prefill) if prefill is not None and seconds > prefill
+            else None,
         })
     for row in table:
         base_rows = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == baseline]
@@ -135,6 +142,8 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
         row["vs_assisted"] = row["tokens_per_second"] / assisted[0]["tokens_per_second"] if assisted else None
         llama = [r for r in table if r["sampling"] == row["sampling"] and r["method"] == "llama_cpp"]
         row["vs_llama_cpp"] = row["tokens_per_second"] / llama[0]["tokens_per_second"] if llama else None
+        row["decode_vs_llama_cpp"] = row["decode_tokens_per_second"] / llama[0]["decode_tokens_per_second"] \
+            if llama and row["decode_tokens_per_second"] and llama[0]["decode_tokens_per_second"] else None
         predicted = [r["predicted_speedup"] for r in groups[row["sampling"], row["method"]] if r.get("predicted_speedup")]
         row["predicted_speedup"] = predicted[0] if predicted else None
     return table
@@ -142,15 +151,16 @@ def bench_table(rows: Sequence[dict[str, Any]], baseline: str = "hf_generate") -
 
 def format_table(table: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table of `bench_table` rows."""
-    header = ("sampling", "method", "tokens/s", "speedup", "median", "vs assisted", "vs llama.cpp", "tok/pass",
-              "predicted", "vs AR", "pred. vs AR", "parity", "c", "draft MB")
+    header = ("sampling", "method", "tokens/s", "speedup", "median", "vs assisted", "vs llama.cpp", "prefill s",
+              "decode vs llama.cpp", "tok/pass", "predicted", "vs AR", "pred. vs AR", "parity", "c", "draft MB")
     lines = [header]
     for r in table:
         def num(value, digits=2, suffix=""):
             return "-" if value is None else f"{value:.{digits}f}{suffix}"
         lines.append((r["sampling"], r["method"], num(r["tokens_per_second"]), num(r["speedup"], 2, "x"),
                       num(r["median_speedup"], 2, "x"), num(r.get("vs_assisted"), 2, "x"),
-                      num(r.get("vs_llama_cpp"), 2, "x"), num(r["tokens_per_pass"]),
+                      num(r.get("vs_llama_cpp"), 2, "x"), num(r.get("prefill_seconds")),
+                      num(r.get("decode_vs_llama_cpp"), 2, "x"), num(r["tokens_per_pass"]),
                       num(r["predicted_tokens_per_pass"]),
                       num(r.get("vs_autoregressive"), 2, "x"), num(r.get("predicted_speedup"), 2, "x"),
                       "-" if r["greedy_parity"] is None else f"{100 * r['greedy_parity']:.0f}%",
