@@ -122,6 +122,9 @@ class LlamaCpp:
                  seed: int = 0) -> tuple[list[int], int]:
         """(the new tokens, up to and including EOS; forward passes, the prompt's included)."""
         self.calls = 0
+        # llama-cpp-python skips the part of a prompt its cache already holds (the same prompt's earlier run, at
+        # another temperature or in the warm-up): emptied, every run pays its prompt's pass, as treespec's do
+        self.model.reset()
         self.model.set_seed(seed)
         options = dict(temp=0.0) if sampling.greedy else dict(temp=sampling.temperature, top_p=sampling.top_p,
                                                               top_k=sampling.top_k)
