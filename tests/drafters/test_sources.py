@@ -16,7 +16,7 @@ from treespec.decode.sampling import SamplingConfig
 from treespec.decode.tree import DraftTree, TreeShape, kary
 from treespec.drafters import CausalLMDrafter, EagleDrafter, HybridDrafter, NGramDrafter, drafter_for
 from treespec.drafters.ngram import NGramIndex, build_trie
-from treespec.drafters.source_stats import SourceStats, node_probabilities, paying_candidates
+from treespec.drafters.source_stats import PRIOR_STEPS, SourceStats, node_probabilities, paying_candidates
 from treespec.drafters.sources import candidate_tree, step_cost
 from treespec.errors import ConfigError
 from treespec.eval import certify
@@ -106,6 +106,22 @@ def test_the_planner_skips_the_model_where_lookup_pays_and_merges_lookup_where_i
                           temperature=1.0)
 
 
+def test_a_planned_model_drafts_from_a_requests_first_step_its_prompt_read_at_no_charge():
+    """Before the model has drafted, its tree counts as doing what `model_prior` says; its first draft reads the
+    prompt, which a step is not charged for (a draft alone reads it in the prefill)."""
+    target, draft = tiny_model("llama", seed=0), tiny_model("llama", seed=1, layers=1)
+    prompt = [3, 8, 1, 12, 6, 10, 2, 14, 9, 4, 11, 7]  # no token twice: lookup has nothing to offer
+    costs = StepCosts({1: 1.0, 64: 1.0}, {1: 0.5, 64: 40.0})  # the prompt, read at once, would cost 7 passes
+
+    def first_step_sources(prior):
+        out = treespec.generate(target, draft, prompt, max_new_tokens=4,
+                                tree=policies.Hybrid(policies.Dynamic(6, 4, 3), costs=costs, model_prior=prior))
+        return {s for depth in out.steps[0].offered_sources for s in depth}
+
+    assert "model" in first_step_sources(3.0)  # (1 + 3) / (1 + 3 c(1)) = 1.6 tokens a pass against lookup's 1
+    assert "model" not in first_step_sources(1.0)  # (1 + 1) / 2.5 = 0.8
+
+
 def test_a_model_that_does_not_pay_is_probed_ever_less_often_until_it_pays():
     hybrid, stats = policies.Hybrid(policies.Dynamic(6, 4, 3), probe=2), SourceStats()
 
@@ -131,9 +147,10 @@ def test_a_models_catch_up_on_the_text_it_skipped_is_priced_into_its_step():
     with torch.no_grad():
         hybrid.reset([[3, 4, 5, 6]])
         assert hybrid.model_pending() == [3]  # the prompt before its last token
+        assert hybrid.skipped_pending() == [0]  # the prompt is read once, as a draft alone reads it in the prefill
         hybrid.note_trees([], model_ran=False)
         hybrid.observe([StepOutcome((0, -7, -8), (6, 20, 21), bonus=22)])  # a step lookup drafted: absorbed
-    assert hybrid.model_pending() == [6]
+    assert hybrid.model_pending() == [6] and hybrid.skipped_pending() == [3]  # the text it skipped is priced
 
 
 def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_tree_and_rule():
@@ -150,7 +167,10 @@ def test_under_sampling_a_step_lookup_adds_nothing_to_is_the_model_policys_own_t
     for verify_mode, accepted in (("without_replacement", [0, 1, 2]), ("deterministic", [0])):
         stats.count(DraftTree(torch.tensor([5, 6, 7]), TreeShape((-1, 0, 1)), None, verify_mode, None,
                               ("", "model", "model")), accepted)
-    assert (stats.model_length("own"), stats.model_length("deterministic"), stats.model_length()) == (1.5, 0.5, 1.0)
+    # 2 nodes in 1 step, 0 in 1, 2 in 2, each with the prior of 1 node a step weighing PRIOR_STEPS steps
+    assert (stats.model_length("own"), stats.model_length("deterministic"), stats.model_length()) == (
+        (2 + PRIOR_STEPS) / (1 + PRIOR_STEPS), PRIOR_STEPS / (1 + PRIOR_STEPS), 1.0)
+    assert stats.model_length("own", prior=3.0) == (2 + 3.0 * PRIOR_STEPS) / (1 + PRIOR_STEPS)
     for prompt in PROMPTS[:2]:  # a weak draft: the rule that measures better wins; the output is the target's either way
         assert len(treespec.generate(target, draft, prompt, tree=no_lookup, **sampled).tokens) == 16
     greedy = treespec.generate(target, draft, PROMPTS[0], tree=no_lookup, max_new_tokens=12)  # greedy: merged trees
@@ -231,6 +251,10 @@ def test_a_hybrid_trees_model_part_can_be_the_planned_tree():
     dynamic = build_policy(TreeSpec(policy="hybrid", model_policy="dynamic", budget=6, max_depth=3), accept, profile)
     assert dynamic.policy.model_alone is None  # a dynamic tree is verified by the deterministic rule anyway
     assert choice.policy.costs is not None and choice.info["model_tree"]["budget"] == planned.policy.shape.size
+    # before the model has drafted, its tree is expected to do as planned: the planner's accepted model nodes a step
+    assert choice.policy.model_prior == pytest.approx(planned.info["predicted_accepted"] - 1)
+    assert choice.info["model_prior"] == pytest.approx(choice.policy.model_prior, abs=1e-4)
+    assert dynamic.policy.model_prior == 1.0
     with pytest.raises(ConfigError, match="model_policy"):
         build_policy(TreeSpec(policy="hybrid", model_policy="chain"), accept, profile, "auto")
     with pytest.raises(ConfigError, match="hardware profile"):

@@ -233,11 +233,12 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         info.update(policy.describe())
         return PolicyChoice(policy, info)
     if tree.policy == "hybrid":
-        model_alone = None
+        model_alone, model_prior = None, 1.0
         if tree.model_policy == "sequoia":  # the static tree planned for the model alone, drafted as its top-k
             planned = build_policy(replace(tree, policy="sequoia"), acceptance, hardware, hardware_name, batch_size)
             model = Static(planned.policy.shape, "deterministic", name="sequoia")
             model_alone = planned.policy  # under sampling, where lookup adds nothing: the tree verified by its own rule
+            model_prior = planned.info["predicted_accepted"] - 1  # its nodes accepted per step, before any is measured
             info.update(model_tree={k: planned.info[k] for k in ("budget", "depth", "chosen", "given") if k in planned.info})
         elif tree.model_policy == "dynamic":
             if tree.budget is None or tree.max_depth is None:
@@ -247,7 +248,7 @@ def build_policy(tree: TreeSpec, acceptance: Optional[list[float]], hardware: Op
         else:
             raise ConfigError(f"tree.model_policy must be dynamic or sequoia, got '{tree.model_policy}'")
         policy = Hybrid(model, tree.ngram_budget, tree.ngram_depth, tree.max_ngram, window=tree.window or 0,
-                        ngram_size=tree.ngram_size, costs=costs, model_alone=model_alone)
+                        ngram_size=tree.ngram_size, costs=costs, model_alone=model_alone, model_prior=model_prior)
         info.update({k: v for k, v in policy.describe().items() if k != "model_policy"})
         return PolicyChoice(policy, info)
     if tree.policy == "adaptive":

@@ -15,10 +15,13 @@ target's t(n), a draft level's c(w) over w tokens; flat and free without a profi
 
   * the n-gram trie, first cut to the nodes that pay for their rows alone (`paying_candidates`), and its expected
     accepted tokens E_ng = sum over its nodes of prod of those rates along the path;
-  * the model tree's, L_model: the mean of its accepted nodes per step, measured;
+  * the model tree's, L_model: the mean of its accepted nodes per step, measured, with `model_prior` counting as
+    a few steps (for a planned model tree, the planner's prediction: without it a row took the model's tree only
+    after its first probe, `probe` steps into each request, where the planned tree would have paid from the start);
   * n-gram only: (1 + E_ng) / (t(n_ng) + o); with the model: (1 + max(E_ng, L_model)) / (t(n_ng + n_model) +
-    c(1 + k) + (levels - 1) c(1) + o), k the accepted tokens the model has not read yet (steps it skipped), which
-    its first level reads before the root. A row where the first is the larger takes its n-gram tree alone, except
+    c(1 + k) + (levels - 1) c(1) + o), k the accepted tokens the model has not read yet (steps it skipped; the
+    prompt, read once whenever the model first drafts, is not counted), which its first level reads before the
+    root. A row where the first is the larger takes its n-gram tree alone, except
     when its model is due for a probe: after `probe` steps without the model it drafts again and is measured anew,
     and each probe after which the model still does not pay doubles the wait (up to 8 x `probe`; a step where it
     pays resets it), since a probe's draft pass and catch-up can cost most of a target pass. When every row takes
@@ -197,6 +200,7 @@ class HybridDrafter:
         self.wants_target_argmax = bool(getattr(ngram, "wants_target_argmax", False))  # a lookahead window
         self.target_layers = tuple(getattr(model, "target_layers", ()))
         self._model_ran = False
+        self._unread_prompt: list[int] = []  # per row, the prompt tokens the model has not read (until it drafts)
 
     @property
     def stats(self) -> list[SourceStats]:
@@ -206,6 +210,7 @@ class HybridDrafter:
         self.model.reset(prompts, prefix_features)
         self.ngram.reset(prompts, prefix_features)
         self._model_ran = False
+        self._unread_prompt = self.model_pending()
 
     def model_pending(self) -> list[int]:
         """Per row, the accepted tokens the model reads before it can draft (its catch-up; 0 for a drafter that
@@ -213,14 +218,24 @@ class HybridDrafter:
         pending = getattr(self.model, "pending_lengths", None)
         return pending() if pending is not None else [0] * len(self.stats)
 
+    def skipped_pending(self) -> list[int]:
+        """Per row, the catch-up a step with the model is priced with: the text accepted while the model did not
+        draft, without the prompt. The prompt is read once per request, whenever the model first drafts, as a model
+        drafter alone reads it in the prefill; charged to one step, it made lookup alone look better on every
+        request's first steps, so the model first drafted at its probe (the Qwen2.5-Coder pair, [Intel(R) Xeon(R)
+        Processor @ 2.80GHz, 2 cores; ISA: avx2 avx512f], 2026-12-07: 8 steps of 1 token at the start of each
+        HumanEval answer)."""
+        return [max(0, p - u) for p, u in zip(self.model_pending(), self._unread_prompt)]
+
     def note_trees(self, trees: list[DraftTree], model_ran: bool) -> None:
         """The step's trees (counted at `observe`) and whether the model drafted this step."""
         self.ngram.note_trees(trees)
         self._model_ran = model_ran
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
-        if self._model_ran:
+        if self._model_ran:  # it drafted for every row, having read each row's pending text first
             self.model.observe(outcomes)
+            self._unread_prompt = [0] * len(self._unread_prompt)
         else:
             self.model.absorb(outcomes)
         self.ngram.observe(outcomes)
@@ -228,6 +243,7 @@ class HybridDrafter:
     def select(self, rows: Sequence[int]) -> None:
         self.model.select(rows)
         self.ngram.select(rows)
+        self._unread_prompt = [self._unread_prompt[r] for r in rows]
 
     def root_logits(self, roots):
         return self.model.root_logits(roots)
@@ -281,7 +297,9 @@ class Hybrid:
     price its choices. A row whose model has not drafted for `probe` steps (more after probes that did not pay) drafts
     with it again, so that its measured worth follows the text (as the lookahead window is probed). `model_alone`:
     the model policy as it drafts alone under sampling (its own rule, with q), for the steps where its tree is worth
-    more than the merged one (see the module docstring); None: the merged tree every step."""
+    more than the merged one (see the module docstring); None: the merged tree every step. `model_prior`: the model
+    tree's accepted nodes per step expected before it has drafted in a row, with the weight of a few steps
+    (source_stats.PRIOR_STEPS; the planner's prediction for a planned tree, treespec.app.configs.build_policy)."""
 
     model: object
     ngram_budget: int = 12
@@ -294,6 +312,7 @@ class Hybrid:
     probe: int = 8
     costs: StepPrices | None = field(default=None, compare=False)
     model_alone: object | None = None
+    model_prior: float = 1.0
     name: str = field(default="hybrid")
     sources: tuple[str, ...] = field(default=("model", "ngram"), init=False)
 
@@ -306,6 +325,7 @@ class Hybrid:
         return {"policy": self.name, "model_policy": inner, "budget": inner.get("budget", 1) + self.ngram_budget - 1,
                 "depth": max(inner.get("depth", 1), self.ngram_depth), "ngram_budget": self.ngram_budget,
                 "ngram_depth": self.ngram_depth, "max_ngram": self.max_ngram, "min_ngram": self.min_ngram,
+                "model_prior": round(self.model_prior, 4),
                 **({"window": self.window, "ngram_size": self.ngram_size, "pool_size": self.pool_size}
                    if self.window else {})}
 
@@ -334,10 +354,10 @@ class Hybrid:
                                                  for t, f in zip(ngram_trees, found)]))
         inner = self.model.describe()
         model_nodes, levels = inner.get("budget", 1), max(0, inner.get("depth", 1) - 1)
-        lengths = [stats.model_length() for stats in drafter.stats]
+        lengths = [stats.model_length(prior=self.model_prior) for stats in drafter.stats]
         alone = [(1 + sum(f[1:])) / step_cost(self.costs, len(f)) for f in found]
         both = [(1 + max(sum(f[1:]), length)) / step_cost(self.costs, len(f) + model_nodes - 1, levels, pending)
-                for f, length, pending in zip(found, lengths, drafter.model_pending())]
+                for f, length, pending in zip(found, lengths, drafter.skipped_pending())]
         use_model = [model_nodes > 1 and self._takes_model(b > a, stats)  # a one-node model tree drafts nothing
                      for a, b, stats in zip(alone, both, drafter.stats)]
         if not any(use_model):  # the model drafts for no row: its passes are skipped (absorb)
@@ -384,10 +404,10 @@ class Hybrid:
         the merged one (see the module docstring), or the own rule is due for a probe."""
         if stats.own_idle >= self.probe:
             return True
-        deterministic = stats.model_length("deterministic")
+        deterministic = stats.model_length("deterministic", self.model_prior)
         joined = [v for v, kept in enumerate(self._joins(found, sources, n, levels, deterministic)) if kept and v]
         merged = (1 + max(sum(found[v] for v in joined), deterministic)) / step_cost(self.costs, n + len(joined), levels)
-        return (1 + stats.model_length("own")) / step_cost(self.costs, n, levels) >= merged
+        return (1 + stats.model_length("own", self.model_prior)) / step_cost(self.costs, n, levels) >= merged
 
     def _joins(self, found: Sequence[float], sources: Sequence[str], n: int, levels: int, length: float) -> list[bool]:
         """Which nodes of a row's n-gram trie join a model tree of n nodes (the root always): those whose probability
