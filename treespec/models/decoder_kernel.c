@@ -236,6 +236,10 @@ static inline void prefetch_row(const float *row, int64_t floats) {
     for (int64_t e = 0; e < floats; e += 16) _mm_prefetch((const char *)(row + e), _MM_HINT_T0);
 }
 
+#ifndef PARALLEL_ROWS
+#define PARALLEL_ROWS 4
+#endif
+
 #define HEAD_TILE 3  /* query heads sharing a key/value head that are processed together (registers) */
 
 /* scores[t][c] = scale * q_t . k_seen[c] for `heads` (1 .. HEAD_TILE) query heads, q [heads, d] in float64: each key
@@ -389,6 +393,12 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
     memcpy(x, x_in, (size_t)(bm * h) * sizeof(float));
     if (kept[0]) memcpy(kept[0], x, (size_t)(bm * h) * sizeof(float));
     double clock = omp_get_wtime();
+    /* the per-row work (norms, rotary embedding and cache writes, SiLU, residuals) split over the threads by rows
+     * where there are PARALLEL_ROWS or more; each row's arithmetic is the same either way. The default target's
+     * passes, against the one-thread loops: 244-token prefill 197 against 250 ms, 8 tokens 1.04-1.10x, 16 tokens
+     * 1.05x, 1 to 3 tokens unchanged (medians of interleaved passes, [Intel(R) Xeon(R) Processor @ 2.80GHz, 2 cores;
+     * ISA: avx2 avx512f], 2026-12-07) */
+#define ROWS_IN_PARALLEL _Pragma("omp parallel for num_threads(s->threads) schedule(static) if (bm >= PARALLEL_ROWS)")
 #define LAP(part)                                                \
     if (s->seconds) {                                            \
         const double now = omp_get_wtime();                      \
@@ -397,11 +407,13 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
     }
     for (int64_t l = 0; l < n_layers; l++) {
         const Layer *layer = &layers[l];
+        ROWS_IN_PARALLEL
         for (int64_t r = 0; r < bm; r++) rms_norm(x + r * h, layer->input_norm, layer->input_eps, normed + r * h, h);
         LAP(2);
         if ((status = product(&layer->qkv, normed, bm, wide, s->threads))) goto done;
         LAP(0);
         const int64_t stride = layer->qkv.padded;
+        ROWS_IN_PARALLEL
         for (int64_t r = 0; r < bm; r++) {  /* rotate queries and keys; write keys and values to the cache */
             const int64_t b = r / s->rows, slot = s->past + r % s->rows;
             const float *row = wide + r * stride;
@@ -435,13 +447,15 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
         LAP(1);
         if ((status = product(&layer->o, attended, bm, wide, s->threads))) goto done;
         LAP(0);
-        for (int64_t r = 0; r < bm; r++)
+        ROWS_IN_PARALLEL
+        for (int64_t r = 0; r < bm; r++) {
             for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->o.padded + c];
-        for (int64_t r = 0; r < bm; r++)
             rms_norm(x + r * h, layer->attention_norm, layer->attention_eps, normed + r * h, h);
+        }
         LAP(2);
         if ((status = product(&layer->gate_up, normed, bm, wide, s->threads))) goto done;
         LAP(0);
+        ROWS_IN_PARALLEL
         for (int64_t r = 0; r < bm; r++) {
             const float *row = wide + r * layer->gate_up.padded;
             gated(row, row + s->intermediate, hidden + r * s->intermediate, s->intermediate);
@@ -449,6 +463,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
         LAP(2);
         if ((status = product(&layer->down, hidden, bm, wide, s->threads))) goto done;
         LAP(0);
+        ROWS_IN_PARALLEL
         for (int64_t r = 0; r < bm; r++)
             for (int64_t c = 0; c < h; c++) x[r * h + c] = x[r * h + c] + wide[r * layer->down.padded + c];
         if (kept[l + 1]) memcpy(kept[l + 1], x, (size_t)(bm * h) * sizeof(float));
@@ -459,6 +474,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
         memcpy(out, x, (size_t)(bm * h) * sizeof(float));
     LAP(2);
 #undef LAP
+#undef ROWS_IN_PARALLEL
 done:
     free(x);
     free(normed);
