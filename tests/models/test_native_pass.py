@@ -76,6 +76,24 @@ def test_a_tree_pass_in_c_is_the_torch_loops_bit_for_bit(arch, hidden, heads, kv
         assert torch.equal(native, loop)
 
 
+def test_the_c_pass_on_two_threads_is_the_torch_loops_bit_for_bit():
+    """Two threads split the products' column blocks, attention's tasks and, from PARALLEL_ROWS rows on, the per-row
+    work (norms, rotary embedding, cache writes, SiLU, residuals), never a row's arithmetic: one row, 4 and 9 tree rows,
+    a batch of 3 x 5 and the prefixes' prefills give the torch loop's outputs."""
+    model = four_bit(heads=6, kv_heads=2, hidden=384)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for batch, prefix_length, rows in ((1, 37, 1), (1, 37, 4), (1, 37, 9), (3, 21, 5)):
+            prefix, tokens, positions, mask = _tree_inputs(batch, prefix_length, rows, seed=rows)
+            with torch.inference_mode():
+                native, _ = _pass(model, True, tokens, positions, mask, prefix)
+                loop, _ = _pass(model, False, tokens, positions, mask, prefix)
+            assert torch.equal(native, loop)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_rows_outputs_in_c_do_not_depend_on_the_rows_beside_it():
     """A leading extra row (seeing the prefix and itself only) moves every row to another place in the products' row
     tiles, the attention's tasks and the cache's slots: no row's outputs may move."""

@@ -236,10 +236,6 @@ static inline void prefetch_row(const float *row, int64_t floats) {
     for (int64_t e = 0; e < floats; e += 16) _mm_prefetch((const char *)(row + e), _MM_HINT_T0);
 }
 
-#ifndef PARALLEL_ROWS
-#define PARALLEL_ROWS 4
-#endif
-
 #define HEAD_TILE 3  /* query heads sharing a key/value head that are processed together (registers) */
 
 /* scores[t][c] = scale * q_t . k_seen[c] for `heads` (1 .. HEAD_TILE) query heads, q [heads, d] in float64: each key
@@ -398,6 +394,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
      * passes, against the one-thread loops: 244-token prefill 197 against 250 ms, 8 tokens 1.04-1.10x, 16 tokens
      * 1.05x, 1 to 3 tokens unchanged (medians of interleaved passes, [Intel(R) Xeon(R) Processor @ 2.80GHz, 2 cores;
      * ISA: avx2 avx512f], 2026-12-07) */
+#define PARALLEL_ROWS 4
 #define ROWS_IN_PARALLEL _Pragma("omp parallel for num_threads(s->threads) schedule(static) if (bm >= PARALLEL_ROWS)")
 #define LAP(part)                                                \
     if (s->seconds) {                                            \
@@ -475,6 +472,7 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
     LAP(2);
 #undef LAP
 #undef ROWS_IN_PARALLEL
+#undef PARALLEL_ROWS
 done:
     free(x);
     free(normed);
