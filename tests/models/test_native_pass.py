@@ -68,7 +68,8 @@ def test_a_tree_pass_in_c_is_the_torch_loops_bit_for_bit(arch, hidden, heads, kv
     """Query heads per key/value head 2, 3 and 8 (tiles of 3), head sizes 64 and 128, biases (qwen2)."""
     model = four_bit(arch, hidden=hidden, heads=heads, kv_heads=kv_heads)
     assert lean_decoder(model).native is not None, lean_decoder(model).native_unsupported
-    for rows in (9, 1):  # one row: each kv head's query heads are attended in two parts, one per thread
+    for rows, split in ((9, False), (1, False), (1, True)):  # one row may attend each kv head's query heads in two parts
+        lean_decoder(model).native.head_split = native_pass.HeadSplit(fixed=split)
         prefix, tokens, positions, mask = _tree_inputs(1, 37, rows)
         with torch.inference_mode():
             native, _ = _pass(model, True, tokens, positions, mask, prefix)
@@ -78,13 +79,16 @@ def test_a_tree_pass_in_c_is_the_torch_loops_bit_for_bit(arch, hidden, heads, kv
 
 def test_the_c_pass_on_two_threads_is_the_torch_loops_bit_for_bit():
     """Two threads split the products' column blocks, attention's tasks and, from PARALLEL_ROWS rows on, the per-row
-    work (norms, rotary embedding, cache writes, SiLU, residuals), never a row's arithmetic: one row, 4 and 9 tree rows,
-    a batch of 3 x 5 and the prefixes' prefills give the torch loop's outputs."""
+    work (norms, rotary embedding, cache writes, SiLU, residuals), never a row's arithmetic: one row (its kv heads'
+    query heads in one task or two), 4 and 9 tree rows, a batch of 3 x 5 and the prefixes' prefills give the torch
+    loop's outputs."""
     model = four_bit(heads=6, kv_heads=2, hidden=384)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for batch, prefix_length, rows in ((1, 37, 1), (1, 37, 4), (1, 37, 9), (3, 21, 5)):
+        for batch, prefix_length, rows, split in ((1, 37, 1, False), (1, 37, 1, True), (1, 37, 4, False),
+                                                  (1, 37, 9, False), (3, 21, 5, False)):
+            lean_decoder(model).native.head_split = native_pass.HeadSplit(fixed=split)
             prefix, tokens, positions, mask = _tree_inputs(batch, prefix_length, rows, seed=rows)
             with torch.inference_mode():
                 native, _ = _pass(model, True, tokens, positions, mask, prefix)
@@ -92,6 +96,27 @@ def test_the_c_pass_on_two_threads_is_the_torch_loops_bit_for_bit():
             assert torch.equal(native, loop)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_head_split_is_measured_where_it_runs_and_kept():
+    """Unfixed, the passes it applies to alternate between both settings until each has its trials, then the one
+    with the lower median time stays; fixed, it never changes."""
+    choice = native_pass.HeadSplit(trials=3)
+    times = {False: [3.0, 3.1, 2.9], True: [2.0, 9.0, 2.1]}  # splitting: the lower median, the higher mean
+    seen = []
+    for i in range(6):
+        split = choice.next()
+        seen.append(split)
+        choice.record(split, times[split][i // 2])
+    assert seen == [False, True, False, True, False, True] and choice.chosen is True
+    assert [choice.next() for _ in range(3)] == [True] * 3
+    slower = native_pass.HeadSplit(trials=2)
+    for seconds in (1.0, 5.0, 1.0, 5.0):
+        slower.record(slower.next(), seconds)
+    assert slower.chosen is False
+    fixed = native_pass.HeadSplit(fixed=True, trials=1)
+    fixed.record(True, 100.0)
+    assert fixed.next() is True and fixed.seconds[True] == []
 
 
 def test_a_rows_outputs_in_c_do_not_depend_on_the_rows_beside_it():

@@ -14,6 +14,9 @@ x86-64 with AVX-512 or AVX2 and a C compiler), every projection held in 4 bits (
 GGUF's Q6_K and Q5_0 tensors) on treespec's kernels (q/k/v and gate/up as at most three products side by side),
 exact norms and SiLU, fp32 activations, head sizes a multiple of 64. The KV cache is held in fp32
 (the keys and values are fp32 values; the C pass widens them as it reads). `TREESPEC_NATIVE_PASS=0` turns it off.
+
+A pass with fewer (row, kv head) pairs than two per thread may attend each kv head's query heads in one task or in two
+(both reading its cache): `HeadSplit` measures which is faster on the machine, in place; the outputs are the same.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import ctypes
 import functools
 import hashlib
 import os
+import statistics
+import time
 from collections.abc import Sequence
 
 import torch
@@ -60,7 +65,33 @@ class _Shape(ctypes.Structure):
                 ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("intermediate", ctypes.c_int64), ("past", ctypes.c_int64), ("scale", ctypes.c_double),
                 ("final_norm", ctypes.c_void_p), ("final_eps", ctypes.c_double), ("threads", ctypes.c_int),
-                ("seconds", ctypes.c_void_p)]
+                ("seconds", ctypes.c_void_p), ("split_heads", ctypes.c_int64)]
+
+
+class HeadSplit:
+    """Whether the passes with fewer (row, kv head) pairs than two per thread give each kv head's query heads to two
+    threads (both then read its cache) or keep them together (fewer tasks than an even share): which is faster
+    depends on the machine, the outputs are the same bit for bit. `fixed` decides; None measures it in place: the
+    first `trials` such passes alternate, timed, and the lower median wins."""
+
+    def __init__(self, fixed: bool | None = None, trials: int = 8):
+        self.chosen = fixed
+        self.trials = trials
+        self.seconds: dict[bool, list[float]] = {False: [], True: []}
+
+    def next(self) -> bool:
+        """The setting of the next such pass."""
+        if self.chosen is not None:
+            return self.chosen
+        return len(self.seconds[True]) < len(self.seconds[False])
+
+    def record(self, split: bool, seconds: float) -> None:
+        """A pass's wall time with `split`; decides once both settings have `trials` passes."""
+        if self.chosen is not None:
+            return
+        self.seconds[split].append(seconds)
+        if min(len(v) for v in self.seconds.values()) >= self.trials:
+            self.chosen = statistics.median(self.seconds[True]) < statistics.median(self.seconds[False])
 
 
 @functools.cache
@@ -157,6 +188,7 @@ class NativePass:
             raise ValueError(f"NativePass cannot run this model: {reason}")
         self.lean = lean
         self.seconds = None  # ctypes (c_double * 3) while `timed`: seconds in the products, attention, the rest
+        self.head_split = HeadSplit()
         self.layers = (_Layer * len(lean.layers))(*[
             _Layer(layer.input_norm.data_ptr(), layer.attention_norm.data_ptr(), layer.input_eps, layer.attention_eps,
                    _product(layer.qkv), _product(layer.out), _product(layer.gate_up), _product(layer.down))
@@ -215,10 +247,13 @@ class NativePass:
         kept = {i: torch.empty(rows, m, lean.hidden) for i in keep}
         kept_pointers = (ctypes.c_void_p * (len(layers) + 1))(
             *[kept[i].data_ptr() if i in kept else None for i in range(len(layers) + 1)])
+        threads = torch.get_num_threads()
+        splittable = rows * m * lean.kv_heads < 2 * threads and lean.heads > lean.kv_heads
+        split = splittable and self.head_split.next()
         shape = _Shape(rows, m, lean.hidden, lean.heads, lean.kv_heads, d, lean.intermediate, past,
                        lean.layers[0].scale, None if lean.final_norm is None else lean.final_norm.data_ptr(),
-                       lean.final_eps, torch.get_num_threads(),
-                       None if self.seconds is None else ctypes.addressof(self.seconds))
+                       lean.final_eps, threads, None if self.seconds is None else ctypes.addressof(self.seconds),
+                       int(split))
         if len(layers) == len(lean.layers) and list(layers) == list(range(len(lean.layers))):
             structures = self.layers
         else:
@@ -227,11 +262,14 @@ class NativePass:
         arguments = (ctypes.byref(shape), structures, len(layers), (ctypes.c_void_p * len(keys))(*keys),
                      (ctypes.c_void_p * len(values))(*values), (ctypes.c_int64 * len(capacity))(*capacity),
                      x.data_ptr(), cos.data_ptr(), sin.data_ptr(), visible.data_ptr(), out.data_ptr(), kept_pointers)
+        start = time.perf_counter()
         if torch.autograd.profiler._is_profiler_enabled:  # a named range for the profiler (plan.breakdown)
             with torch.profiler.record_function(FUNCTION):
                 status = _function()[0](*arguments)
         else:
             status = _function()[0](*arguments)
+        if splittable:
+            self.head_split.record(split, time.perf_counter() - start)
         if status:
             raise MemoryError("treespec's decoder pass could not allocate its buffers")
         for slot in range(len(layers)):
