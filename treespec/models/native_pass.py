@@ -86,7 +86,7 @@ class HeadSplit:
         return len(self.seconds[True]) < len(self.seconds[False])
 
     def record(self, split: bool, seconds: float) -> None:
-        """A pass's wall time with `split`; decides once both settings have `trials` passes."""
+        """A pass's wall time (per layer) with `split`; decides once both settings have `trials` passes."""
         if self.chosen is not None:
             return
         self.seconds[split].append(seconds)
@@ -268,8 +268,8 @@ class NativePass:
                 status = _function()[0](*arguments)
         else:
             status = _function()[0](*arguments)
-        if splittable:
-            self.head_split.record(split, time.perf_counter() - start)
+        if splittable:  # per layer: a self-speculating draft runs some of the layers only
+            self.head_split.record(split, (time.perf_counter() - start) / len(layers))
         if status:
             raise MemoryError("treespec's decoder pass could not allocate its buffers")
         for slot in range(len(layers)):
