@@ -46,6 +46,7 @@ from treespec.errors import ConfigError
 from treespec.eval import llama_cpp
 from treespec.eval.bench import PassCounter, draft_footprint, hf_method, llama_cpp_method, run_bench, treespec_method
 from treespec.eval.reporting import acceptance_by_source, bench_table, write_table
+from treespec.models.lean import lean_decoder
 from treespec.models.loading import gguf_file
 
 HF_METHODS = ("hf_generate", "hf_assisted")
@@ -151,6 +152,9 @@ def run(cfg: DictConfig) -> list[dict]:
         if "source_counts" in row:
             counts.setdefault(f"{row['sampling']}/{row['method']}", []).append(row["source_counts"])
     settings["acceptance_by_source"] = {key: acceptance_by_source(tables) for key, tables in counts.items()}
+    lean = lean_decoder(session.target)  # one row's attention in one task or two per kv head, as measured here
+    if lean is not None and lean.native is not None:
+        settings["head_split"] = lean.native.head_split.summary()
     print(write_table(out_dir, "bench", table, settings))
     print(f"-> {out_dir}")
     return table

@@ -109,6 +109,7 @@ def test_the_head_split_is_measured_where_it_runs_and_kept():
         seen.append(split)
         choice.record(split, times[split][i // 2])
     assert seen == [False, True, False, True, False, True] and choice.chosen is True
+    assert choice.summary() == {"split": True, "ms_per_layer": {"one task": 3000.0, "two tasks": 2100.0}}
     assert [choice.next() for _ in range(3)] == [True] * 3
     slower = native_pass.HeadSplit(trials=2)
     for seconds in (1.0, 5.0, 1.0, 5.0):
@@ -116,7 +117,7 @@ def test_the_head_split_is_measured_where_it_runs_and_kept():
     assert slower.chosen is False
     fixed = native_pass.HeadSplit(fixed=True, trials=1)
     fixed.record(True, 100.0)
-    assert fixed.next() is True and fixed.seconds[True] == []
+    assert fixed.next() is True and fixed.summary() == {"split": True, "ms_per_layer": {}}
 
 
 def test_a_rows_outputs_in_c_do_not_depend_on_the_rows_beside_it():

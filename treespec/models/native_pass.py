@@ -93,6 +93,12 @@ class HeadSplit:
         if min(len(v) for v in self.seconds.values()) >= self.trials:
             self.chosen = statistics.median(self.seconds[True]) < statistics.median(self.seconds[False])
 
+    def summary(self) -> dict:
+        """{"split": the choice (None: not made yet), "ms_per_layer": {"one task" / "two tasks": the measured median}}."""
+        return {"split": self.chosen, "ms_per_layer": {
+            name: round(1e3 * statistics.median(self.seconds[split]), 4)
+            for name, split in (("one task", False), ("two tasks", True)) if self.seconds[split]}}
+
 
 @functools.cache
 def _function():
