@@ -55,8 +55,9 @@ typedef struct {
     double final_eps;
     int threads;
     double *seconds;  /* NULL, or [3]: time spent in the products, attention, and the rest, added to */
-    int64_t split_heads;  /* nonzero: where a pass has fewer (row, kv head) pairs than two per thread, each kv head's
-                           * query heads go in two tasks (both read its keys and values); the outputs are the same */
+    int64_t split_heads;  /* nonzero: each kv head's query heads go in two tasks (both read its keys and values);
+                           * native_pass.py sets it only where a pass has fewer (row, kv head) pairs than two per
+                           * thread; the outputs are the same */
 } Shape;
 
 /* Eight float64 lanes: one AVX-512 register, or two AVX2 registers where the kernels are built for AVX2
@@ -426,14 +427,14 @@ int treespec_decoder_pass(const Shape *s, const Layer *layers, int64_t n_layers,
             }
         }
         LAP(2);
-        /* tasks: (row, kv head, part of its query heads); with s->split_heads, where there are fewer (row, kv head)
-         * pairs than two per thread, each kv head's query heads go in two parts, so that the threads share them more
-         * evenly but both parts read the kv head's cache. Which is faster depends on the machine (one row of the
+        /* tasks: (row, kv head, part of its query heads); with s->split_heads (set where there are fewer (row, kv
+         * head) pairs than two per thread) each kv head's query heads go in two parts, so that the threads share them
+         * more evenly but both parts read the kv head's cache. Which is faster depends on the machine (one row of the
          * default target, 3 kv heads of 3 query heads, 2 threads, 400-token cache: splitting took 1.46 against 1.62
          * ms of attention on [Intel Xeon, 2 cores; ISA: avx2 avx512f avx512_bf16 amx_bf16], but made the whole
          * pass 1.06-1.08x slower on [Intel(R) Xeon(R) Processor @ 2.80GHz, 2 cores; ISA: avx2 avx512f], 2026-12-07),
          * so native_pass.py measures it where it runs */
-        const int64_t parts = s->split_heads && bm * s->kv_heads < 2 * s->threads && groups > 1 ? 2 : 1;
+        const int64_t parts = s->split_heads && groups > 1 ? 2 : 1;
         const int64_t first = parts == 1 ? groups : (groups + 1) / 2;  /* the query heads of a kv head's first part */
         const int64_t tasks = bm * s->kv_heads * parts;
 #pragma omp parallel for num_threads(s->threads) schedule(dynamic)

@@ -254,7 +254,7 @@ class NativePass:
         kept_pointers = (ctypes.c_void_p * (len(layers) + 1))(
             *[kept[i].data_ptr() if i in kept else None for i in range(len(layers) + 1)])
         threads = torch.get_num_threads()
-        splittable = rows * m * lean.kv_heads < 2 * threads and lean.heads > lean.kv_heads
+        splittable = rows * m * lean.kv_heads < 2 * threads and lean.heads > lean.kv_heads  # the one place it is decided
         split = splittable and self.head_split.next()
         shape = _Shape(rows, m, lean.hidden, lean.heads, lean.kv_heads, d, lean.intermediate, past,
                        lean.layers[0].scale, None if lean.final_norm is None else lean.final_norm.data_ptr(),
