@@ -182,3 +182,44 @@ def test_int8_activations_need_whole_blocks_of_32_inputs():
     short = int4_cpu.to_int6_layout(*_int6_grid(16, 48, 16))  # 48 inputs: groups of 16, no block of 32
     with pytest.raises(ValueError, match="multiple of 32"):
         int4_cpu.int6_matmul(torch.randn(2, 48), *short, activations="int8")
+
+
+def _int8_grid(rows: int, cols: int, seed: int = 0):
+    """(codes [rows, cols] in -128..127, both ends present, scale [rows, cols / 32], fp16 values) of an 8-bit grid."""
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randint(-128, 128, (rows, cols), generator=generator, dtype=torch.int16)
+    codes[0, :2] = torch.tensor([-128, 127], dtype=torch.int16)
+    return codes, (torch.rand(rows, cols // 32, generator=generator) * 0.01).half().float()
+
+
+def test_the_8_bit_layout_keeps_every_code_and_scale():
+    codes, scale = _int8_grid(48, 96)
+    packed, scale_k = int4_cpu.to_int8_layout(codes, scale)
+    assert packed.dtype == torch.uint8 and packed.shape == (3, 3, 512) and scale_k.shape == (3, 3, 16)
+    # column 16 b + c's code + 128 at input 32 g + 4 i + t is byte 64 i + 4 c + t of block b, group g
+    assert int(packed[1, 2, 64 * 5 + 4 * 7 + 3]) == int(codes[16 + 7, 64 + 20 + 3]) + 128
+    back_codes, back_scale = int4_cpu.from_int8_layout(packed, scale_k)
+    assert torch.equal(back_codes, codes) and torch.equal(back_scale, scale)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        int4_cpu.to_int8_layout(codes[:40], scale[:40])
+    with pytest.raises(ValueError, match="-128..127"):
+        int4_cpu.to_int8_layout(codes + 1, scale)
+
+
+@needs_int8
+def test_the_8_bit_kernel_multiplies_the_rounded_input_by_the_grid_and_rows_stay_independent():
+    codes, scale = _int8_grid(80, 192, seed=2)
+    weight = codes.double() * scale.double().repeat_interleave(32, 1)
+    layout = int4_cpu.to_int8_layout(codes, scale)
+    x = torch.randn(19, 192, generator=torch.Generator().manual_seed(7))
+    x[4, 64:96] = 0.0  # a block of zeros: scale 0, codes 0
+    out = int4_cpu.int8_matmul(x, *layout)
+    assert out.shape == (19, 80) and out.dtype == torch.float32
+    expected = _int8_rounded(x) @ weight.T
+    assert (out.double() - expected).abs().max() < 1e-5 * expected.abs().max()
+    for rows in (1, 2, 7, 8, 9, 16, 17):
+        assert torch.equal(int4_cpu.int8_matmul(x[:rows], *layout), out[:rows])
+    with one_thread():
+        assert torch.equal(int4_cpu.int8_matmul(x, *layout), out)
+    with pytest.raises(ValueError, match="8-bit weight of 192 inputs"):
+        int4_cpu.int8_matmul(x[:, :160], *layout)

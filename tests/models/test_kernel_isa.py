@@ -1,4 +1,4 @@
-"""treespec's kernels come in two instruction sets (AVX-512: int4_kernel.c, int6_kernel.c; AVX2:
+"""treespec's kernels come in two instruction sets (AVX-512: int4_kernel.c, int6_kernel.c, int8_kernel.c; AVX2:
 avx2_kernels.c). The suite runs whichever this CPU picks; these tests also run the AVX2 build where the CPU would
 pick AVX-512, so that both stay tested whatever machine runs the suite."""
 
@@ -58,7 +58,8 @@ def _run_with_avx2(arguments: list[str], tmp_path: Path) -> subprocess.Completed
 @avx2_is_not_native
 def test_the_avx2_kernels_pass_the_kernel_and_pass_tests(tmp_path):
     result = _run_with_avx2(["-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-rs",
-                             "tests/models/test_int4_cpu.py", "tests/models/test_native_pass.py"], tmp_path)
+                             "tests/models/test_int4_cpu.py", "tests/models/test_native_pass.py",
+                             "tests/models/test_int8_head.py"], tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "passed" in result.stdout and "cannot run here" not in result.stdout and "no int8" not in result.stdout
 
@@ -71,19 +72,24 @@ def test_int8_products_are_the_same_bits_in_both_instruction_sets(tmp_path):
     codes, scale, minimum = int4_grid(torch.randn(48, 256, generator=generator) * 0.05)
     six = torch.randint(0, 64, (32, 256), generator=generator, dtype=torch.uint8)
     six_scale = torch.rand(32, 16, generator=generator) * 0.01
+    eight = torch.randint(-128, 128, (32, 256), generator=generator, dtype=torch.int16)
+    eight_scale = torch.rand(32, 8, generator=generator) * 0.01
     x = torch.randn(5, 256, generator=generator)
     torch.save({"layout": int4_cpu.to_kernel_layout(codes, scale, minimum),
-                "six": int4_cpu.to_int6_layout(six, six_scale), "x": x}, tmp_path / "inputs.pt")
+                "six": int4_cpu.to_int6_layout(six, six_scale), "eight": int4_cpu.to_int8_layout(eight, eight_scale),
+                "x": x}, tmp_path / "inputs.pt")
     script = (
         "import sys, torch\n"
         "from treespec.models import int4_cpu\n"
         "assert int4_cpu.isa()[0] == 'avx2'\n"
         "d = torch.load(sys.argv[1])\n"
         "torch.save([int4_cpu.int4_matmul(d['x'], *d['layout'], activations='int8'),\n"
-        "            int4_cpu.int6_matmul(d['x'], *d['six'], activations='int8')], sys.argv[2])\n")
+        "            int4_cpu.int6_matmul(d['x'], *d['six'], activations='int8'),\n"
+        "            int4_cpu.int8_matmul(d['x'], *d['eight'])], sys.argv[2])\n")
     result = _run_with_avx2(["-c", script, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")], tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    four, six_out = torch.load(tmp_path / "out.pt")
+    four, six_out, eight_out = torch.load(tmp_path / "out.pt")
     layout = int4_cpu.to_kernel_layout(codes, scale, minimum)
     assert torch.equal(four, int4_cpu.int4_matmul(x, *layout, activations="int8"))
     assert torch.equal(six_out, int4_cpu.int6_matmul(x, *int4_cpu.to_int6_layout(six, six_scale), activations="int8"))
+    assert torch.equal(eight_out, int4_cpu.int8_matmul(x, *int4_cpu.to_int8_layout(eight, eight_scale)))

@@ -49,7 +49,7 @@ def _subset_head_parts(head: torch.nn.Module, vocab: torch.Tensor) -> tuple:
     parts that do not apply None. Kept per head and reused while the vocabulary, the head's class (its layout) and
     its weight storage and version (in-place changes) stay the same: building them (packing 4-bit codes,
     reordering for oneDNN) took ~0.5 s for a 32768-row subset of Qwen2.5 0.5B's head, on every `generate` call."""
-    storage = head.packed if isinstance(head, Int4Linear) else head.high.packed if isinstance(head, Int8Linear) else \
+    storage = head.packed if isinstance(head, Int4Linear) else head.codes if isinstance(head, Int8Linear) else \
         head.kernel_codes if isinstance(head, Int6Linear) else head.weight
     key = (type(head), storage.data_ptr(), tensor_version(storage), storage.dtype, tuple(storage.stride()))
     cached = _SUBSET_HEADS.get(head)

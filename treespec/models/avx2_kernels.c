@@ -357,3 +357,57 @@ int treespec_int6_matmul(const void *x_in, int x_format, const uint8_t *codes, c
     free(x);
     return 0;
 }
+
+/* ---- 8-bit weights (int8_kernel.c's layout: codes + 128 [N / 16, K / 32, 8, 64], fp16 scale per group) ---- */
+
+/* int8 inputs only. Half h of quad i's 64 bytes is its 32 bytes (columns 8 h .. + 7, four codes each), flipped back
+ * to the signed codes (xor 0x80); vpsignb moves each code's sign onto the input and vpmaddubsw multiplies |code| (at
+ * most 128, read unsigned) by it: int16 pair sums of at most 2 * 128 * 127, no saturation (the inputs are -127..127);
+ * vpmaddwd widens them to int32. The same exact integer dot products as the AVX-512 form's, then its epilogue. */
+static inline __attribute__((always_inline)) void tile8_int8(
+        const int rows, const Int8Rows *x, const uint8_t *codes, const uint16_t *scale, float *out, const int64_t k,
+        const int64_t ldc, const int64_t b, const int64_t r0) {
+    const int64_t groups = k / 32;
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    for (int h = 0; h < 2; h++) {
+        __m256 total[ROW_TILE_MAX];
+        for (int r = 0; r < rows; r++) total[r] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < groups; g++) {
+            __m256i dot[ROW_TILE_MAX];
+            for (int r = 0; r < rows; r++) dot[r] = _mm256_setzero_si256();
+            const uint8_t *group_codes = codes + (b * groups + g) * 512 + 32 * h;
+            for (int i = 0; i < 8; i++) {
+                const __m256i signed_codes = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)(group_codes + 64 * i)), flip);
+                const __m256i magnitude = _mm256_abs_epi8(signed_codes);
+                for (int r = 0; r < rows; r++) {
+                    const __m256i four = _mm256_set1_epi32(*(const int32_t *)(x->values + (r0 + r) * k + 32 * g + 4 * i));
+                    const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(four, signed_codes));
+                    dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+            const __m256 scales = half8_to_float(scale + (b * groups + g) * 16 + 8 * h);
+            for (int r = 0; r < rows; r++) {
+                const int64_t at = (r0 + r) * groups + g;
+                total[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot[r]), scales),
+                                           _mm256_set1_ps(x->scale[at]), total[r]);
+            }
+        }
+        for (int r = 0; r < rows; r++) _mm256_storeu_ps(out + (r0 + r) * ldc + 16 * b + 8 * h, total[r]);
+    }
+}
+
+/* int8_kernel.c's treespec_int8_matmul: x fp32 [m, k] (rounded to int8 here); out: fp32, row r's n outputs at
+ * out + r * ldc (n a multiple of 16, k of 32). Returns 0, or -1 when out of memory. */
+int treespec_int8_matmul(const float *x_in, const uint8_t *codes, const uint16_t *scale, float *out, int64_t m,
+                         int64_t k, int64_t n, int64_t ldc, int threads) {
+    Int8Rows rows;
+    if (treespec_int8_rows(x_in, m, k, &rows)) return -1;
+    const Int8Rows *x = &rows;
+    const int64_t blocks = n / 16;
+#define TILE(rows) tile8_int8(rows, x, codes, scale, out, k, ldc, b, r0)
+    EACH_ROW_TILE(blocks, m)
+#undef TILE
+    free(rows.memory);
+    return 0;
+}

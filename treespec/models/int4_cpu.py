@@ -55,7 +55,8 @@ from treespec.models.host import cache_root, cpu_flags
 
 # the sources each instruction set builds (the product kernels, then the decoder pass that calls them)
 ISA_SOURCES = {
-    "avx512": tuple(Path(__file__).with_name(name) for name in ("int4_kernel.c", "int6_kernel.c", "decoder_kernel.c")),
+    "avx512": tuple(Path(__file__).with_name(name)
+                    for name in ("int4_kernel.c", "int6_kernel.c", "int8_kernel.c", "decoder_kernel.c")),
     "avx2": tuple(Path(__file__).with_name(name) for name in ("avx2_kernels.c", "decoder_kernel.c")),
 }
 SOURCES = tuple(dict.fromkeys(source for sources in ISA_SOURCES.values() for source in sources))
@@ -63,6 +64,7 @@ SOURCES = tuple(dict.fromkeys(source for sources in ISA_SOURCES.values() for sou
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("row_tiles.h", "activations.h"))
 KERNEL_NAME = "treespec_int4_matmul"
 INT6_KERNEL_NAME = "treespec_int6_matmul"
+INT8_KERNEL_NAME = "treespec_int8_matmul"
 INT6_GROUPS = (16, 32)  # input weights per scale the 6-bit kernel takes (a Q6_K sub-block, a Q5_0 block)
 ENV = "TREESPEC_INT4_KERNEL"  # "torch": use torch's int4 kernel even where treespec's builds
 ISA_ENV = "TREESPEC_KERNEL_ISA"  # "avx2": build the AVX2 kernels even where AVX-512 ones run (tests, comparisons)
@@ -164,6 +166,15 @@ def _load_int6() -> ctypes._CFuncPtr:
     function = getattr(library()[0], INT6_KERNEL_NAME)
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_int]
+    return function
+
+
+@functools.cache
+def _load_int8() -> ctypes._CFuncPtr:
+    """The 8-bit product function (`int8_kernel.c`); call only where `int8_unavailable()` is None."""
+    function = getattr(library()[0], INT8_KERNEL_NAME)
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_int]
     return function
 
 
@@ -337,4 +348,45 @@ def int6_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, activ
     out = torch.empty(rows, out_features)
     _call(_load_int6(), INT6_KERNEL_NAME, x.data_ptr(), form, codes.data_ptr(), scale.data_ptr(),
           out.data_ptr(), rows, cols, out_features, group, out_features, torch.get_num_threads())
+    return out
+
+
+def to_int8_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes [O, I] (integers -128..127: w = scale * code), scale [O, I / 32] -> the 8-bit kernel's (codes
+    [O / 16, I / 32, 512] uint8, code + 128 in vpdpbusd's lane order, see int8_kernel.c; scale [O / 16, I / 32, 16]:
+    fp16 bits as int16); O a multiple of 16, I of 32."""
+    rows, cols = codes.shape
+    if rows % BLOCK or cols % GROUP or scale.shape != (rows, cols // GROUP):
+        raise ValueError(f"the 8-bit kernel needs codes [O, I] with O a multiple of {BLOCK}, I of {GROUP} and a scale "
+                         f"per {GROUP} inputs; got {rows} x {cols} with scale {tuple(scale.shape)}")
+    if int(codes.min()) < -128 or int(codes.max()) > 127:
+        raise ValueError("8-bit codes must lie in -128..127")
+    # [block, column, group, quad, t] -> [block, group, quad, column, t]: byte 4 column + t of each quad's 64
+    lanes = (codes.to(torch.int16) + 128).to(torch.uint8).reshape(rows // BLOCK, BLOCK, cols // GROUP, GROUP // 4, 4)
+    packed = lanes.permute(0, 2, 3, 1, 4).reshape(rows // BLOCK, cols // GROUP, GROUP * BLOCK).contiguous()
+    return packed, half_bits(scale.reshape(rows // BLOCK, BLOCK, -1).transpose(1, 2))
+
+
+def from_int8_layout(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of `to_int8_layout`: (codes [O, I] int16 in -128..127, scale [O, I / 32] fp32, fp16 values)."""
+    blocks, groups = codes.shape[:2]
+    lanes = codes.reshape(blocks, groups, GROUP // 4, BLOCK, 4).permute(0, 3, 1, 2, 4)
+    return (lanes.reshape(blocks * BLOCK, groups * GROUP).to(torch.int16) - 128,
+            scale.view(torch.float16).float().transpose(1, 2).reshape(blocks * BLOCK, groups))
+
+
+def int8_matmul(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, I] (rounded to int8 with a scale per 32 inputs first: int8 activations, the only form this kernel takes)
+    times the weight [O, I] in `to_int8_layout`'s form -> [M, O] fp32."""
+    if int8_unavailable() is not None:
+        raise RuntimeError(f"treespec's 8-bit kernel is unavailable: {int8_unavailable()}")
+    x, form = x_format(x, "int8")
+    rows, cols = x.shape
+    if cols != codes.shape[1] * GROUP or not x.is_cpu:
+        raise ValueError(f"an input [{rows}, {cols}] on {x.device} for an 8-bit weight of {codes.shape[1] * GROUP} "
+                         "inputs")
+    out_features = codes.shape[0] * BLOCK
+    out = torch.empty(rows, out_features)
+    _call(_load_int8(), INT8_KERNEL_NAME, x.data_ptr(), codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows,
+          cols, out_features, out_features, torch.get_num_threads())
     return out
