@@ -1,7 +1,7 @@
-/* How the product kernels (int4_kernel.c and int6_kernel.c, or avx2_kernels.c) take their input rows x [m, k], the
- * helpers that put fp32 rows into those forms (defined in int4_kernel.c; the int8 ones also in avx2_kernels.c), and
- * how the AVX-512 kernels read their fp16 scales. Each row is converted on its own, so a row's products never depend
- * on the other rows of a call. */
+/* How the product kernels (int4_kernel.c, int6_kernel.c and int8_kernel.c, or avx2_kernels.c) take their input rows
+ * x [m, k], the helpers that put fp32 rows into those forms (defined in int4_kernel.c; the int8 ones also in
+ * avx2_kernels.c), and how the AVX-512 kernels read their fp16 scales. Each row is converted on its own, so a row's
+ * products never depend on the other rows of a call. */
 #ifndef TREESPEC_ACTIVATIONS_H
 #define TREESPEC_ACTIVATIONS_H
 

@@ -1,7 +1,8 @@
-/* treespec's 4-bit and 6-bit product kernels for x86 CPUs with AVX2, FMA and F16C but without AVX-512 BF16 (an
- * AMD EPYC of the Zen 2/3 generations, Intel before Cooper Lake). They define what decoder_kernel.c and
- * treespec.models.int4_cpu call in int4_kernel.c and int6_kernel.c (treespec_int8_rows, treespec_int8_supported,
- * treespec_int4_matmul, treespec_int6_matmul), over the same weight layouts and input formats, and keep the same
+/* treespec's 4-bit, 6-bit and 8-bit product kernels for x86 CPUs with AVX2, FMA and F16C but without AVX-512 BF16
+ * (an AMD EPYC of the Zen 2/3 generations, Intel before Cooper Lake). They define what decoder_kernel.c and
+ * treespec.models.int4_cpu call in int4_kernel.c, int6_kernel.c and int8_kernel.c (treespec_int8_rows,
+ * treespec_int8_supported, treespec_int4_matmul, treespec_int6_matmul, treespec_int8_matmul), over the same weight
+ * layouts and input formats, and keep the same
  * promise: every output element is computed by the same instruction sequence whatever the number of rows, the row
  * tile and the threads, so a tree pass equals a one-token pass bit for bit. treespec.models.int4_cpu compiles this
  * file instead of those two where the CPU lacks AVX-512 BF16.

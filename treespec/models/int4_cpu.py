@@ -1,5 +1,6 @@
-"""treespec's own CPU kernels for 4-bit and 6-bit weights (`int4_kernel.c`, `int6_kernel.c`), built for the machine
-it runs on, with the decoder pass that calls them (`decoder_kernel.c`, treespec.models.native_pass).
+"""treespec's own CPU kernels for 4-bit, 6-bit and 8-bit weights (`int4_kernel.c`, `int6_kernel.c`, `int8_kernel.c`),
+built for the machine it runs on, with the decoder pass that calls them (`decoder_kernel.c`,
+treespec.models.native_pass).
 
 torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) converts each weight to fp32 and multiplies in fp32, so its
 cost grows with every input row: on an AMD EPYC (2 cores, avx512_bf16, 2026-12-04) the 120 products of one
@@ -31,7 +32,11 @@ The 6-bit kernel (`int6_matmul`, `to_int6_layout`) holds a GGUF's Q6_K and Q5_0 
 (the Qwen2.5-Coder 1.5B: Q6_K v_proj and down_proj in half its layers and its LM head) run every product on
 treespec's kernels, the whole pass in C.
 
-Both kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
+The 8-bit kernel (`int8_matmul`, `to_int8_layout`) holds a GGUF's Q8_0 tensors (codes -128..127, one fp16 scale per 32
+inputs; the default target's LM head) and takes int8 activations only: each group's integer dot product is exact, and
+is scaled once (treespec.models.quantize.Int8Linear multiplies as two 4-bit planes where the inputs are bf16).
+
+The 4-bit and 6-bit kernels also take int8 activations (`activations="int8"`; `activations.h`, where the CPU has AVX-512 VNNI and
 VBMI, and in the AVX2 build: `int8_unavailable` says why not): each row's inputs rounded per 32 to int8 codes times
 an fp32 scale, the group sums by `vpdpbusd` (exact in int32), the codes in the same layouts (one byte permutation per
 64 weights). Rows stay independent. `treespec.models.quantize.set_activations` switches a model's layers.
