@@ -84,3 +84,36 @@ def test_invalid_profiles():
         LatencyProfile.from_dict({"target_ms": {2: {2: 1.0}}})
     with pytest.raises(ConfigError, match=">= 1"):
         measure_latency(tiny_model("llama"), None, batch_sizes=(0,))
+
+
+def test_overheads_are_measured_against_a_pass_of_the_same_round(monkeypatch):
+    """measure_overheads on a scripted clock: the machine runs 1.5x to 2.2x slower than when the profile was taken,
+    and drifts between rounds; each round's steps are read against that round's bare pass, so the overheads come back
+    in the profile's milliseconds (3 and 1), where a step less the profile's passes would read 12.5 ms and more."""
+    from treespec.plan import costs
+
+    profile = LatencyProfile({1: {1: 10.0, 2: 11.0, 3: 12.0}}, {1: {1: 2.0}})  # a chain of 2: 12 + 2 x 2 = 16 ms
+    speeds = iter([1.5, 1.9, 1.6, 2.2, 1.7, 1.8, 2.0] * 4)
+    state = {"now": 0.0, "speed": next(speeds)}
+
+    class FakeDecoder:
+        def __init__(self, target, drafter, prompts, *, policy, **options):
+            self.work = 16.0 + 3.0 if policy.shape.size > 1 else 10.0 + 1.0  # passes plus the engine's own, in ms
+
+        def step(self):
+            state["now"] += state["speed"] * self.work / 1000
+
+    def bare_pass(*args):
+        seconds = state["speed"] * 10.0 / 1000
+        state["speed"] = next(speeds)  # the machine drifts between rounds
+        return seconds
+
+    monkeypatch.setattr(costs, "Decoder", FakeDecoder)
+    monkeypatch.setattr(costs, "Clock", lambda device: lambda: state["now"])
+    monkeypatch.setattr(costs, "_timed_pass", bare_pass)
+    monkeypatch.setattr(costs, "_prefilled_cache", lambda *args: None)
+    monkeypatch.setattr(costs, "make_drafter", lambda *args: None)
+    target = tiny_model("llama", seed=0)
+    overhead, baseline = costs.measure_overheads(target, target, profile, 1, prefix_len=8, steps=7)
+    assert overhead == pytest.approx(3.0) and baseline == pytest.approx(1.0)
+    assert costs.measure_overheads(target, None, profile, 1, prefix_len=8, steps=7) == (0.0, pytest.approx(1.0))
