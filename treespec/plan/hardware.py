@@ -92,7 +92,8 @@ ROUNDED_HEAD_COST = 1.25  # a draft rounded to 4 bits (INT4_DRAFT) proposes a li
 # this much cheaper to be kept (the default head: 2.29 against 2.39 tokens per pass, 6 MT-Bench prompts, dynamic 6/4/3,
 # greedy, AMD EPYC 2 cores avx512_bf16, 2026-12-05; its levels 0.76 against 2.1 ms)
 TWO_COPY_TIE = 1.02  # a two-copy layout (hybrid, packed) planning within 2% of the best (timing noise) is preferred
-PROFILE_VERSION = 10  # bump when what a profile measures changes: older cache entries are then remeasured
+PROFILE_VERSION = 11  # bump when what a profile measures changes: older cache entries are then remeasured (11: the
+#   engine's overheads read against a pass of the same round, treespec.plan.costs.measure_overheads)
 # A target held as 4-bit codes on int8 inputs ("int4-a8") is another model than on bf16 inputs, a little less faithful
 # to the GGUF's weights (teacher-forced top-1 agreement with the fp32 model 97.58% against 99.65% for the default
 # target, equal to llama.cpp's own 97.58%; [AMD EPYC, 2 cores; ISA: avx2 avx512f avx512_bf16], 2026-12-06): where both
@@ -586,7 +587,7 @@ def named_profile(target: torch.nn.Module, draft: torch.nn.Module | None, profil
     return target, draft, _resolved(profile, origin, device_identity(device), target, draft, (), name)
 
 
-BATCH_PROFILE_VERSION = 3  # bump when what a batch profile measures changes
+BATCH_PROFILE_VERSION = 4  # bump when what a batch profile measures changes (4: as PROFILE_VERSION 11)
 CPU_BATCH_TREE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # tree sizes n timed per B on a CPU
 GPU_BATCH_TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
