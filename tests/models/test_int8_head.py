@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import PROMPTS, all_policies, reference, tiny_model
+from test_int4_cpu import _int8_rounded
 from test_quantize import snapped
 
 import treespec
@@ -33,13 +34,6 @@ def test_an_8_bit_grid_is_found_exactly_and_nothing_else_is():
     assert int8_grid(torch.randn(48, 40)) is None  # inputs not in groups of 32
 
 
-def _rounded_to_int8(x: torch.Tensor) -> torch.Tensor:
-    """x [M, K] as int8 activations hold it: per 32 inputs, codes round(x * 127 / amax) times amax / 127 (float64)."""
-    blocks = x.double().reshape(x.shape[0], -1, 32)
-    amax = blocks.abs().amax(-1, keepdim=True)
-    return (torch.round(blocks * 127 / amax).clamp(-127, 127) * amax / 127).reshape(x.shape)
-
-
 @pytest.mark.parametrize("activations", ["bf16", "int8"])
 def test_an_8_bit_layer_multiplies_by_its_weight_and_rows_do_not_depend_on_each_other(activations):
     if activations == "int8" and int4_cpu.int8_unavailable() is not None:
@@ -52,7 +46,7 @@ def test_an_8_bit_layer_multiplies_by_its_weight_and_rows_do_not_depend_on_each_
     set_activations(layer, activations)
     assert layer.activations == activations and layer.codes.shape == (3, 4, 512)
     x = torch.randn(7, 128, generator=generator)
-    rounded = x.bfloat16().double() if activations == "bf16" else _rounded_to_int8(x)
+    rounded = x.bfloat16().double() if activations == "bf16" else _int8_rounded(x)
     exact = rounded @ linear.weight.double().T + linear.bias.double()
     out = layer(x)
     assert out.shape == (7, 40) and out.dtype == torch.float32
