@@ -5,13 +5,25 @@ import pytest
 import torch
 from scipy import stats
 
-from treespec.decode.sampling import SamplingConfig, gumbel_top_k, probabilities
+from treespec.decode.sampling import SamplingConfig, argmax_tokens, gumbel_top_k, probabilities
 from treespec.errors import ConfigError
 
 
 def test_greedy_is_one_hot_argmax():
     probs = probabilities(torch.tensor([[0.1, 2.0, -1.0]]), SamplingConfig())
     assert probs.tolist() == [[0.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_argmax_tokens_is_torch_argmax_with_the_first_of_tied_maxima(dtype):
+    logits = torch.randn(2, 5, 300, generator=torch.Generator().manual_seed(0)).to(dtype)
+    logits[0, 1, [7, 40, 299]] = 50.0  # tied maxima: the first one wins, as torch.argmax documents
+    logits[1, 3, :] = 0.0  # all tied
+    got = argmax_tokens(logits)
+    assert got == logits.argmax(-1).tolist()
+    assert got[0][1] == 7 and got[1][3] == 0
+    assert argmax_tokens(logits[1, 2]) == int(logits[1, 2].argmax()) and isinstance(argmax_tokens(logits[1, 2]), int)
+    assert argmax_tokens(logits[0, :, 5:].transpose(0, 1).transpose(0, 1)) == logits[0, :, 5:].argmax(-1).tolist()
 
 
 def test_temperature_top_k_top_p():

@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 
 from treespec.decode.cache import cache_length, commit, new_cache, select_rows
 from treespec.decode.mask import causal_mask, flatten
-from treespec.decode.sampling import SamplingConfig, probabilities
+from treespec.decode.sampling import SamplingConfig, argmax_tokens, probabilities
 from treespec.decode.timing import Clock
 from treespec.decode.tree import DraftTree
 from treespec.decode.verify import verify
@@ -301,7 +301,7 @@ class Decoder:
                        self.lengths, start, self.dtype)
         logits, features = target_forward(self.target, self.lean, self.want_features, self.layers, flat.input_ids,
                                           flat.position_ids, flat.attention_mask, self.cache)  # [B, N, V]
-        argmax = logits.argmax(-1).tolist() if self.want_argmax else None  # [B][N]
+        argmax = argmax_tokens(logits) if self.want_argmax else None  # [B][N]
         t2 = self.clock()
         results = []
         for b, tree in enumerate(trees):

@@ -32,6 +32,16 @@ class SamplingConfig:
         return self.temperature == 0
 
 
+def argmax_tokens(logits: torch.Tensor):
+    """[..., V] logits -> the index of each row's first maximum, as `torch.argmax` gives it, as Python ints (nested
+    lists for more than one row). CPU float32/float64 rows go through numpy, whose argmax is vectorised: over the
+    default target's 49152 logits 5 us against torch's 72 us a row ([Intel(R) Xeon(R) Processor @ 2.80GHz, 2 cores;
+    ISA: avx2 avx512f], 2026-12-07), paid for every node a greedy verification walks."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
+        return logits.detach().numpy().argmax(-1).tolist()
+    return logits.argmax(-1).tolist()
+
+
 def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 probabilities after temperature, top-k and top-p.
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from treespec.decode.sampling import sample, uniform
+from treespec.decode.sampling import argmax_tokens, sample, uniform
 
 MODES = ("greedy", "without_replacement", "with_replacement", "deterministic")
 
@@ -87,7 +87,7 @@ def verify(
     while True:
         kids = children[node]
         if mode == "greedy":
-            best = int(target_probs[node].argmax())
+            best = argmax_tokens(target_probs[node])
             nxt = next((c for c in kids if tokens[c] == best), None)
             if nxt is None:
                 return VerifyResult(tuple(path), best)
