@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats
 
-from treespec.decode.sampling import SamplingConfig, argmax_tokens, gumbel_top_k, probabilities
+from treespec.decode.sampling import NUMPY_TOP_K, SamplingConfig, argmax_tokens, gumbel_top_k, probabilities, top_tokens
 from treespec.errors import ConfigError
 
 
@@ -24,6 +24,20 @@ def test_argmax_tokens_is_torch_argmax_with_the_first_of_tied_maxima(dtype):
     assert got[0][1] == 7 and got[1][3] == 0
     assert argmax_tokens(logits[1, 2]) == int(logits[1, 2].argmax()) and isinstance(argmax_tokens(logits[1, 2]), int)
     assert argmax_tokens(logits[0, :, 5:].transpose(0, 1).transpose(0, 1)) == logits[0, :, 5:].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_top_tokens_are_torch_topk_largest_first(dtype):
+    values = torch.randn(500, generator=torch.Generator().manual_seed(1)).to(dtype)
+    for k in (1, 3, NUMPY_TOP_K, NUMPY_TOP_K + 2):
+        assert top_tokens(values, k) == values.topk(k).indices.tolist()
+    assert top_tokens(values[:4], 10) == values[:4].topk(4).indices.tolist()  # k capped at V
+    assert top_tokens(values, 0) == []
+    before = values.clone()
+    tied = torch.zeros(6, dtype=dtype)
+    tied[[1, 4]] = 2.0
+    assert top_tokens(tied, 2) == [1, 4] and top_tokens(tied, 3) == [1, 4, 0]  # first index among equal values
+    assert torch.equal(values, before)  # the row itself is not masked
 
 
 def test_temperature_top_k_top_p():

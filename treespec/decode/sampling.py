@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from treespec.errors import ConfigError
@@ -40,6 +41,29 @@ def argmax_tokens(logits: torch.Tensor):
     if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
         return logits.detach().numpy().argmax(-1).tolist()
     return logits.argmax(-1).tolist()
+
+
+NUMPY_TOP_K = 8  # top_tokens takes at most this many through numpy argmax passes, more through torch.topk
+
+
+def top_tokens(values: torch.Tensor, k: int) -> list[int]:
+    """The indices of the k largest of [V] `values`, largest first (the first index among equal values). A CPU
+    float32/float64 row and k <= NUMPY_TOP_K go through k numpy argmax passes (the later ones over a copy with the
+    picks masked): over 49152 logits 19 us for k = 3 against `torch.topk`'s 111 us ([Intel(R) Xeon(R) Processor @
+    2.80GHz, 2 cores; ISA: avx2 avx512f], 2026-12-07)."""
+    k = min(int(k), values.shape[-1])
+    if k < 1:
+        return []
+    if values.device.type != "cpu" or values.dtype not in (torch.float32, torch.float64) or k > NUMPY_TOP_K:
+        return values.topk(k).indices.tolist()
+    row = values.detach().numpy()
+    picked = [int(row.argmax())]
+    if k > 1:
+        row = row.copy()
+        for _ in range(k - 1):
+            row[picked[-1]] = -np.inf
+            picked.append(int(row.argmax()))
+    return picked
 
 
 def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:

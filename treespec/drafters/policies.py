@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from treespec.decode.engine import Drafter
-from treespec.decode.sampling import SamplingConfig, gumbel_top_k, probabilities, sample_with_replacement
+from treespec.decode.sampling import SamplingConfig, gumbel_top_k, probabilities, sample_with_replacement, top_tokens
 from treespec.decode.tree import DraftTree, TreeShape, chain, kary
 from treespec.errors import ConfigError
 from treespec.plan.optimizer import sequoia_tree
@@ -45,14 +45,14 @@ def pick_children(logits: torch.Tensor, k: int, sampling: SamplingConfig, childr
     """Child tokens of one node (rank order) from its draft logits [V], and the processed q they came from (None
     for greedy)."""
     if sampling.greedy:
-        return logits.topk(min(k, logits.shape[-1])).indices.tolist(), None
+        return top_tokens(logits, k), None
     q = probabilities(logits, sampling)
     if children == "without_replacement":
         picked = gumbel_top_k(q, k, generator)
     elif children == "with_replacement":
         picked = sample_with_replacement(q, k, generator)
     else:
-        picked = q.topk(min(k, int((q > 0).sum()))).indices
+        return top_tokens(q, min(k, int((q > 0).sum()))), q
     return picked.tolist(), q
 
 
@@ -213,10 +213,10 @@ class Dynamic:
                 if not frontier[b]:
                     continue
                 born = []
-                logp = torch.log_softmax(frontier_logits[b].float(), dim=-1)
-                top = logp.topk(min(self.topk, logp.shape[-1]), dim=-1)
+                logp = torch.log_softmax(frontier_logits[b].float(), dim=-1)  # [w, V]
                 for row, parent in enumerate(frontier[b]):
-                    for rank, (lp, token) in enumerate(zip(top.values[row].tolist(), top.indices[row].tolist())):
+                    top = top_tokens(logp[row], self.topk)
+                    for rank, (lp, token) in enumerate(zip(logp[row, top].tolist(), top)):
                         born.append(len(cands[b]))
                         cands[b].append((cands[b][parent][0] + lp, level, parent, token, rank))
                 if level == depth[b] - 1:
