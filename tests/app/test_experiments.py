@@ -14,6 +14,7 @@ import position_agreement
 import profile_latency
 import pytest
 import run
+import source_oracle
 import target_agreement
 import torch
 import yaml
@@ -36,7 +37,8 @@ SCHEMAS = {"run_schema": run.RunSchema, "bench_schema": bench.BenchSchema,
            "build_tree_schema": build_tree.BuildTreeSchema, "generate_schema": GenerateSchema,
            "batch_sweep_schema": batch_sweep.BatchSweepSchema,
            "position_agreement_schema": position_agreement.PositionAgreementSchema,
-           "target_agreement_schema": target_agreement.TargetAgreementSchema}
+           "target_agreement_schema": target_agreement.TargetAgreementSchema,
+           "source_oracle_schema": source_oracle.SourceOracleSchema}
 
 
 def _compose(name, overrides=()):
@@ -54,7 +56,8 @@ def test_every_experiment_config_composes(experiment):
 @pytest.mark.parametrize("name, overrides", [("run", []), ("bench", []), ("generate", []), ("measure_acceptance", []),
                                              ("profile_latency", []), ("build_tree", ["acceptance_file=a.yaml"]),
                                              ("batch_sweep", []), ("bench_plan", []),
-                                             ("position_agreement", []), ("target_agreement", [])])
+                                             ("position_agreement", []), ("target_agreement", []),
+                                             ("source_oracle", [])])
 def test_every_app_config_composes(name, overrides):
     cfg = _compose(name, overrides)
     assert cfg.model.target if "model" in cfg else cfg.acceptance_file
@@ -171,6 +174,18 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
         again = yaml.safe_load((tmp_path / "onednn" / "position_agreement.yaml").read_text())
         assert again["settings"]["layout"] == "onednn" and report["settings"]["layout"] == "standard"
         assert again["walk_p1_by_depth"] == report["walk_p1_by_depth"] and again["walk_passes"] == report["walk_passes"]
+
+
+def test_source_oracle_on_tiny_models(tmp_path):
+    result = _app("source_oracle.py", "model=tiny", "data=pool", "data.limit=2", "max_new_tokens=6", "longest=5",
+                  "threads=1", "~sources", "+sources={lookup: {policy: ngram, ngram_budget: 4, ngram_depth: 4}, "
+                  "line: {policy: chain, k: 3}}", f"hydra.run.dir={tmp_path}")
+    report = yaml.safe_load((tmp_path / "source_oracle.yaml").read_text())
+    lengths = report["step_lengths"]
+    assert set(lengths) == {"lookup", "line"} and [len(p) for p in lengths["lookup"]] == [len(p) for p in lengths["line"]]
+    assert report["tokens"] == sum(map(len, lengths["line"])) and report["settings"]["prompts"] == 2
+    assert report["passes"]["best"] <= min(report["passes"]["lookup"], report["passes"]["line"])
+    assert report["best_saves"] >= 1.0 and "fewer passes than the best single source" in result.stdout
 
 
 def test_bench_on_tiny_models(tmp_path):
