@@ -5,8 +5,9 @@
     python experiments/source_oracle.py '+sources.tree={policy: sequoia, budget: 16}'   # a third source
     python experiments/source_oracle.py '~sources' '+sources={lookup: {policy: ngram}, line: {policy: chain, k: 8}}'
 
-Greedy only. The target answers each prompt (`max_new_tokens`); then each source (a tree spec, unpriced: no hardware
-profile) takes one step from every position of that answer, and the tokens each step adds are recorded
+Greedy only. The target, configured as the bench runs it (`hardware=auto`), answers each prompt (`max_new_tokens`);
+then each source (a tree spec, unpriced: without the profile's costs, so prompt lookup drafts its whole trie) takes
+one step from every position of that answer, and the tokens each step adds are recorded
 (treespec.eval.source_oracle). Writes source_oracle.yaml: per source and for the best source at each position,
 target passes and tokens per pass, and `best_saves`, the best single source's passes over the mixture's: an upper
 bound on how much faster (in passes) a hybrid tree of these sources can decode than the best of them alone, since it
@@ -36,6 +37,7 @@ from treespec.eval.source_oracle import oracle_summary, step_lengths
 @dataclass
 class SourceOracleSchema(PairSpec):
     data: DataSpec = field(default_factory=DataSpec)
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
     max_new_tokens: int = 128
     sources: dict[str, Any] = field(default_factory=dict)  # source name -> its tree (TreeSpec's keys, as conf/tree's)
     longest: int = 17
@@ -48,10 +50,10 @@ def run(cfg: DictConfig) -> dict:
         raise ConfigError(f"longest must be >= 2 (a step adds a draft and a bonus), got {cfg.longest}")
     trees = {name: cli.to_spec(TreeSpec, tree) for name, tree in cfg.sources.items()}
     model = cli.to_spec(ModelSpec, cfg.model)
-    session = open_session(model, cli.runtime(cfg), HardwareSpec(name="none"), target=cfg.target, draft=cfg.draft,
-                           with_draft=bool(cfg.draft))
+    session = open_session(model, cli.runtime(cfg), cli.to_spec(HardwareSpec, cfg.hardware), target=cfg.target,
+                           draft=cfg.draft, with_draft=bool(cfg.draft))
     greedy = SamplingConfig(temperature=0.0)
-    policies = {name: session.policy(tree, greedy).policy for name, tree in trees.items()}
+    policies = {name: session.policy(tree, greedy, priced=False).policy for name, tree in trees.items()}
     data = cli.to_spec(DataSpec, cfg.data)
     prompts = load_data(data, session.tokenizer)
     references = [autoregressive(session.target, ids, max_new_tokens=cfg.max_new_tokens).tokens
@@ -66,7 +68,8 @@ def run(cfg: DictConfig) -> dict:
     result = {"settings": {"model": model.name, "target": cfg.target, "draft": cfg.draft, "data": data.name,
                            "prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens, "longest": cfg.longest,
                            "sources": OmegaConf.to_container(cfg.sources),
-                           "layout": cfg.layout, "dtype": cfg.dtype},
+                           "layout": cfg.layout, "dtype": cfg.dtype,
+                           "hardware": cfg.hardware.name},
               **oracle_summary(lengths),
               "step_lengths": lengths}
     path = cli.output_dir() / "source_oracle.yaml"

@@ -177,7 +177,7 @@ def test_position_agreement_replays_what_measure_acceptance_measures(tmp_path):
 
 
 def test_source_oracle_on_tiny_models(tmp_path):
-    result = _app("source_oracle.py", "model=tiny", "data=pool", "data.limit=2", "max_new_tokens=6", "longest=5",
+    result = _app("source_oracle.py", "model=tiny", "hardware=none", "data=pool", "data.limit=2", "max_new_tokens=6", "longest=5",
                   "threads=1", "~sources", "+sources={lookup: {policy: ngram, ngram_budget: 4, ngram_depth: 4}, "
                   "line: {policy: chain, k: 3}}", f"hydra.run.dir={tmp_path}")
     report = yaml.safe_load((tmp_path / "source_oracle.yaml").read_text())

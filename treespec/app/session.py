@@ -101,9 +101,10 @@ class Session:
         self._profiles.update({b: found for b in sizes})
         return found
 
-    def policy(self, tree: TreeSpec, sampling: SamplingConfig, batch_size: int = 1) -> PolicyChoice:
-        """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them."""
-        profile, _ = self.profile(batch_size)
+    def policy(self, tree: TreeSpec, sampling: SamplingConfig, batch_size: int = 1, priced: bool = True) -> PolicyChoice:
+        """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them
+        (priced=False: without the profile's costs, e.g. prompt lookup's whole trie every step)."""
+        profile = self.profile(batch_size)[0] if priced else None
         name = self.pair.hardware.name if self.pair.hardware is not None else ""
         precision = self.pair.hardware.draft_dtype if self.pair.hardware is not None else None
         acceptance = acceptance_for(self.model, tree, sampling, precision)
