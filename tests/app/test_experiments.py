@@ -20,9 +20,13 @@ import torch
 import yaml
 from conftest import run_inprocess, tiny_model
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from treespec.app.cli import CONF_DIR, register
+from treespec.app.cli import CONF_DIR, register, to_spec
+from treespec.app.configs import HardwareSpec, ModelSpec, RuntimeSpec, TreeSpec
 from treespec.app.demo import GenerateSchema
+from treespec.app.session import open_session
+from treespec.decode.sampling import SamplingConfig
 from treespec.eval.bench import PassCounter
 from treespec.eval.reporting import bench_table, format_table
 from treespec.models import layouts
@@ -186,6 +190,14 @@ def test_source_oracle_on_tiny_models(tmp_path):
     assert report["tokens"] == sum(map(len, lengths["line"])) and report["settings"]["prompts"] == 2
     assert report["passes"]["best"] <= min(report["passes"]["lookup"], report["passes"]["line"])
     assert report["best_saves"] >= 1.0 and "fewer passes than the best single source" in result.stdout
+
+
+def test_an_unpriced_policy_drafts_without_the_profiles_costs():
+    model = to_spec(ModelSpec, OmegaConf.load(CONF_DIR / "model" / "tiny.yaml"))
+    session = open_session(model, RuntimeSpec(threads=1), HardwareSpec(name="auto"), with_draft=False)
+    lookup = TreeSpec(policy="ngram")
+    assert session.policy(lookup, SamplingConfig()).policy.costs is not None  # cut every step to what pays
+    assert session.policy(lookup, SamplingConfig(), priced=False).policy.costs is None  # the whole trie
 
 
 def test_bench_on_tiny_models(tmp_path):
