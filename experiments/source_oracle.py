@@ -46,6 +46,8 @@ class SourceOracleSchema(PairSpec):
 def run(cfg: DictConfig) -> dict:
     if not cfg.sources:
         raise ConfigError("source_oracle needs at least one source: sources={name: {policy: ...}}")
+    if "best" in cfg.sources:
+        raise ConfigError("'best' names the mixture of the sources in the report: give that source another name")
     if cfg.longest < 2:
         raise ConfigError(f"longest must be >= 2 (a step adds a draft and a bonus), got {cfg.longest}")
     trees = {name: cli.to_spec(TreeSpec, tree) for name, tree in cfg.sources.items()}

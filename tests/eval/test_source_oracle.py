@@ -30,6 +30,8 @@ def test_best_of_and_the_summary():
     assert summary["passes"] == {"lookup": 4, "head": 6, "best": 3}
     assert summary["tokens"] == 8 and summary["tokens_per_pass"]["best"] == round(8 / 3, 3)
     assert summary["best_single"] == "lookup" and summary["best_saves"] == round(4 / 3, 3)
+    with pytest.raises(ValueError, match="other than 'best'"):
+        oracle_summary({"best": [lookup]})
 
 
 @pytest.mark.parametrize("make_policy", [lambda: policies.Chain(3), lambda: policies.NGram(8, 6)])

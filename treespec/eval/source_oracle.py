@@ -62,6 +62,8 @@ def oracle_summary(lengths_by_source: Mapping[str, Sequence[Sequence[int]]]) -> 
     `best_saves`: the best single source's passes over the mixture's (how many times fewer passes it needs).
     lengths_by_source[source][prompt] holds one prompt's step lengths."""
     sources = list(lengths_by_source)
+    if not sources or "best" in sources:
+        raise ValueError(f"the sources need names other than 'best' (the mixture's), got {sources}")
     prompts = len(lengths_by_source[sources[0]])
     tokens = sum(len(lengths) for lengths in lengths_by_source[sources[0]])
     passes = {s: sum(passes_needed(lengths) for lengths in lengths_by_source[s]) for s in sources}
