@@ -110,28 +110,32 @@ class EagleDrafter(RowSlots):
             self.pending_tokens[b] = self.pending_tokens[b] + [int(t) for t in outcome.accepted_tokens]
             self._absorbed[b].append(outcome.target_hidden)
 
+    def _fused(self, hidden: Sequence[torch.Tensor | PathFeatures]) -> tuple[torch.Tensor, ...]:
+        """The head's fused features of each entry ([A_i, F] target features, or a `PathFeatures`), from one gather
+        and one fuse call for all of them (each row of the result is computed from its own row alone)."""
+        lazy = [h for h in hidden if isinstance(h, PathFeatures)]
+        computed = iter(gather_features(lazy).split([len(h.nodes) for h in lazy]) if lazy else ())
+        raw = [next(computed) if isinstance(h, PathFeatures) else h for h in hidden]
+        return self.model.fuse_features(torch.cat(raw).to(self.device)).split([len(h) for h in raw])
+
     def _catch_up(self) -> None:
         """The pending features of each row's absorbed steps: the target's features of all of them computed and
         fused in one call per row (the values one call per step gives: each row of the features is computed alone)."""
         for b, queue in enumerate(self._absorbed):
             if not queue:
                 continue
-            lazy = [h for h in queue if isinstance(h, PathFeatures)]
-            computed = iter(gather_features(lazy).split([len(h.nodes) for h in lazy]) if lazy else ())
-            raw = [next(computed) if isinstance(h, PathFeatures) else h for h in queue]
-            fused = self.model.fuse_features(torch.cat(raw).to(self.device)).split([len(h) for h in raw])
-            for features in fused:
+            for features in self._fused(queue):
                 self.pending_features[b] = torch.cat([self.pending_features[b], self.root_feature[b][None],
                                                       features[:-1]])
                 self.root_feature[b] = features[-1]
             self._absorbed[b] = []
 
     def observe(self, outcomes: Sequence[StepOutcome]) -> None:
-        """Keep each row's chain (drafted features are replaced by the target's own); queue the accepted path."""
-        for b, outcome in enumerate(outcomes):
-            if outcome.target_hidden is None:
-                raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
-            features = self.model.fuse_features(outcome.features().to(self.device))
+        """Keep each row's chain (drafted features are replaced by the target's own); queue the accepted path. The
+        rows' features are gathered and fused in one call each (every row's values are computed from its own)."""
+        if any(outcome.target_hidden is None for outcome in outcomes):
+            raise ValueError("EagleDrafter needs the target's hidden states of the accepted path")
+        for b, (outcome, features) in enumerate(zip(outcomes, self._fused([o.target_hidden for o in outcomes]))):
             self.pending_features[b] = features[:-1]
             self.pending_tokens[b] = list(outcome.accepted_tokens[1:])
             self.root_feature[b] = features[-1]
