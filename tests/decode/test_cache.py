@@ -134,3 +134,39 @@ def test_rows_whose_path_is_in_place_move_nothing():
         assert torch.equal(layer.keys[0, :, :7], old[0, :, :7])  # row 0: slots 5 and 6 are its path already
         assert torch.equal(layer.keys[1, :, :3], old[1, :, :3])
         assert torch.equal(layer.keys[1, :, 3], old[1, :, 5]) and torch.equal(layer.keys[1, :, 4], old[1, :, 7])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_slot_moves_in_c_equal_the_gather_and_scatter(dtype, monkeypatch):
+    """commit's one C call for every buffer (treespec/models/cache_moves.c) leaves the buffers, bit for bit, as the
+    torch gather and scatter per buffer does: rows of other lengths, a row in place, paths that skip nodes."""
+    import treespec.decode.cache as cache_module
+
+    if cache_module._slot_mover() is None:
+        pytest.skip("treespec's kernels do not build here")
+    generator = torch.Generator().manual_seed(0)
+    model = tiny_model("llama")
+
+    def filled():
+        cache = new_cache(model, 16)
+        for layer in cache.layers:
+            layer.storage_dtype = dtype
+            layer.update(torch.randn(3, 2, 12, 4, generator=generator), torch.randn(3, 2, 12, 4, generator=generator))
+        return cache
+
+    lengths, start, kept = [9, 5, 7], 9, [[0, 1], [1, 2], [0, 2]]  # row 0: in place; rows 1 and 2 move
+    in_c, in_torch = filled(), filled()
+    for a, b in zip(in_c.layers, in_torch.layers):
+        b.key_buffer.copy_(a.key_buffer)
+        b.value_buffer.copy_(a.value_buffer)
+    before = [layer.key_buffer.clone() for layer in in_c.layers]
+    assert commit(in_c, lengths, start, kept) == [11, 7, 9]
+    monkeypatch.setattr(cache_module, "_move_slots", lambda *args: False)
+    assert commit(in_torch, lengths, start, kept) == [11, 7, 9]
+    for a, b in zip(in_c.layers, in_torch.layers):
+        assert a.key_buffer.dtype == dtype
+        assert torch.equal(a.key_buffer, b.key_buffer) and torch.equal(a.value_buffer, b.value_buffer)
+    for layer, old in zip(in_c.layers, before):  # row 1: slots 10, 11 -> 5, 6; row 2: slots 9, 11 -> 7, 8
+        assert torch.equal(layer.keys[1, :, 5:7], old[1, :, 10:12])
+        assert torch.equal(layer.keys[2, :, 7], old[2, :, 9]) and torch.equal(layer.keys[2, :, 8], old[2, :, 11])
+        assert torch.equal(layer.keys[0, :, :11], old[0, :, :11])

@@ -3,7 +3,9 @@
 Rows are right padded: row b's committed tokens fill slots [0, lengths[b]); a pass over the rows' trees appends
 one slot per node behind the longest row (slot `start + i` for node i). `commit` keeps each row's committed slots
 plus the slots of its accepted path (a gather of non-contiguous slots into contiguous ones behind the row's own
-tokens) and drops the rest; `select_rows` drops finished rows. One row is B = 1, with no padding.
+tokens) and drops the rest; `select_rows` drops finished rows. One row is B = 1, with no padding. Where treespec's
+kernels build (treespec.models.int4_cpu), commit moves every layer's slots in one C call (`cache_moves.c`), else by a
+torch gather and scatter per buffer; the two leave the same bits.
 
 `new_cache` returns a transformers `Cache` whose layers write new keys/values in place into buffers
 allocated once (transformers' DynamicCache concatenates the whole cache on every forward instead). A model whose
@@ -13,6 +15,8 @@ that keys and values are converted once, when written, instead of on every pass.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -20,6 +24,7 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from treespec.errors import ConfigError
+from treespec.models import int4_cpu
 from treespec.models.attention import NAME as TREESPEC_SDPA
 from treespec.models.attention import exact_attention
 from treespec.models.lean import lean_decoder
@@ -144,18 +149,17 @@ def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequ
     for b in range(rows):
         if int(lengths[b]) > start:
             raise ValueError(f"row {b} holds {lengths[b]} tokens, more than the {start} slots before the tree")
-    moving = [b for b in range(rows) if any(start + k != int(lengths[b]) + j for j, k in enumerate(kept[b]))]
+    moving = {b for b in range(rows) if any(start + k != int(lengths[b]) + j for j, k in enumerate(kept[b]))}
     width = max((len(kept[b]) for b in moving), default=0)
     source = target = None
     if moving:
-        source = torch.empty(rows, width, dtype=torch.long)
-        target = torch.empty(rows, width, dtype=torch.long)
-        for b in range(rows):
-            target[b] = int(lengths[b]) + torch.arange(width)
-            source[b] = target[b]  # padding entries (and rows in place) copy a slot onto itself
-            if b in moving:
-                source[b, : len(kept[b])] = start + torch.as_tensor(list(kept[b]), dtype=torch.long)
+        targets = [list(range(int(lengths[b]), int(lengths[b]) + width)) for b in range(rows)]
+        # padding entries (and rows in place) copy a slot onto itself
+        sources = [[start + int(k) for k in kept[b]] + slots[len(kept[b]):] if b in moving else slots
+                   for b, slots in enumerate(targets)]
+        source, target = torch.tensor(sources, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
     length = max(new_lengths, default=0)
+    moved_in_c = moving and _move_slots(cache, source, target)
     src = dst = None
     for layer in cache.layers:
         preallocated = isinstance(layer, PreallocatedLayer)
@@ -168,7 +172,7 @@ def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequ
             continue
         else:
             keys, values = layer.keys, layer.values
-        if moving:
+        if moving and not moved_in_c:
             if src is None or src.shape[1] != keys.shape[1] or src.shape[-1] != keys.shape[-1]:
                 shape = (-1, keys.shape[1], -1, keys.shape[-1])  # [B, H, w, D]
                 src = source.to(keys.device)[:, None, :, None].expand(*shape)
@@ -180,6 +184,45 @@ def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequ
         else:
             layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
     return new_lengths
+
+
+@functools.cache
+def _slot_mover():
+    """treespec_move_slots (treespec/models/cache_moves.c) from treespec's kernels, or None where they do not build."""
+    library, _ = int4_cpu.library()
+    if library is None:
+        return None
+    function = library.treespec_move_slots
+    function.restype = None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 2 + [ctypes.c_int64]
+    return function
+
+
+def _move_slots(cache: Cache, source: torch.Tensor, target: torch.Tensor) -> bool:
+    """Move every layer's slots source[b, j] -> target[b, j] ([B, w]; targets at or below their sources, both
+    ascending) in one C call, where every initialized layer is a PreallocatedLayer with contiguous CPU buffers of one
+    slot size and head count and treespec's kernels are built; False (nothing moved) otherwise. The default pair at
+    B = 8: the caches' commits took 3.1 ms a step as a gather and a scatter per buffer ([Intel(R) Xeon(R) Processor @
+    2.80GHz, 2 cores; ISA: avx2 avx512f], 2026-12-07)."""
+    mover = _slot_mover()
+    if mover is None:
+        return False
+    if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
+        return False
+    buffers = [buffer for layer in cache.layers if layer.is_initialized
+               for buffer in (layer.key_buffer, layer.value_buffer)]  # contiguous: made by new_empty or index_select
+    if not buffers:
+        return True
+    shape = buffers[0].shape
+    kinds = {(b.shape[0], b.shape[1], b.shape[3], b.dtype, b.device) for b in buffers}
+    if len(kinds) > 1 or buffers[0].device.type != "cpu" or shape[0] != source.shape[0]:
+        return False
+    pointers = (ctypes.c_void_p * len(buffers))(*(b.data_ptr() for b in buffers))
+    capacity = (ctypes.c_int64 * len(buffers))(*(b.shape[2] for b in buffers))
+    source, target = source.contiguous(), target.contiguous()
+    mover(pointers, capacity, len(buffers), shape[0], shape[1], shape[-1] * buffers[0].element_size(),
+          source.data_ptr(), target.data_ptr(), source.shape[1])
+    return True
 
 
 def select_rows(cache: Cache, rows: Sequence[int]) -> None:

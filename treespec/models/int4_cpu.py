@@ -61,8 +61,8 @@ from treespec.models.host import cache_root, cpu_flags
 # the sources each instruction set builds (the product kernels, then the decoder pass that calls them)
 ISA_SOURCES = {
     "avx512": tuple(Path(__file__).with_name(name)
-                    for name in ("int4_kernel.c", "int6_kernel.c", "int8_kernel.c", "decoder_kernel.c")),
-    "avx2": tuple(Path(__file__).with_name(name) for name in ("avx2_kernels.c", "decoder_kernel.c")),
+                    for name in ("int4_kernel.c", "int6_kernel.c", "int8_kernel.c", "decoder_kernel.c", "cache_moves.c")),
+    "avx2": tuple(Path(__file__).with_name(name) for name in ("avx2_kernels.c", "decoder_kernel.c", "cache_moves.c")),
 }
 SOURCES = tuple(dict.fromkeys(source for sources in ISA_SOURCES.values() for source in sources))
 # included by the sources: part of the build's cache key
