@@ -159,7 +159,7 @@ def commit(cache: Cache, lengths: Sequence[int], start: int, kept: Sequence[Sequ
                    for b, slots in enumerate(targets)]
         source, target = torch.tensor(sources, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
     length = max(new_lengths, default=0)
-    moved_in_c = moving and _move_slots(cache, source, target)
+    moved_in_c = bool(moving) and _move_slots(cache, source, target)
     src = dst = None
     for layer in cache.layers:
         preallocated = isinstance(layer, PreallocatedLayer)

@@ -58,7 +58,7 @@ import torch
 
 from treespec.models.host import cache_root, cpu_flags
 
-# the sources each instruction set builds (the product kernels, then the decoder pass that calls them)
+# the sources each instruction set builds (the product kernels, the decoder pass that calls them, the cache's slot moves)
 ISA_SOURCES = {
     "avx512": tuple(Path(__file__).with_name(name)
                     for name in ("int4_kernel.c", "int6_kernel.c", "int8_kernel.c", "decoder_kernel.c", "cache_moves.c")),
