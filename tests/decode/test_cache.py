@@ -151,14 +151,16 @@ def test_slot_moves_in_c_equal_the_gather_and_scatter(dtype, monkeypatch):
         cache = new_cache(model, 16)
         for layer in cache.layers:
             layer.storage_dtype = dtype
-            layer.update(torch.randn(3, 2, 12, 4, generator=generator), torch.randn(3, 2, 12, 4, generator=generator))
+            layer.update(torch.zeros(3, 2, 12, 4), torch.zeros(3, 2, 12, 4))  # 12 slots filled, then all of it below
         return cache
 
     lengths, start, kept = [9, 5, 7], 9, [[0, 1], [1, 2], [0, 2]]  # row 0: in place; rows 1 and 2 move
     in_c, in_torch = filled(), filled()
-    for a, b in zip(in_c.layers, in_torch.layers):
-        b.key_buffer.copy_(a.key_buffer)
-        b.value_buffer.copy_(a.value_buffer)
+    for a, b in zip(in_c.layers, in_torch.layers):  # the same values in both, the unfilled capacity included
+        for name in ("key_buffer", "value_buffer"):
+            values = torch.randn(getattr(a, name).shape, generator=generator, dtype=dtype)
+            getattr(a, name).copy_(values)
+            getattr(b, name).copy_(values)
     before = [layer.key_buffer.clone() for layer in in_c.layers]
     assert commit(in_c, lengths, start, kept) == [11, 7, 9]
     monkeypatch.setattr(cache_module, "_move_slots", lambda *args: False)
