@@ -68,9 +68,9 @@ def oracle_summary(lengths_by_source: Mapping[str, Sequence[Sequence[int]]]) -> 
     tokens = sum(len(lengths) for lengths in lengths_by_source[sources[0]])
     passes = {s: sum(passes_needed(lengths) for lengths in lengths_by_source[s]) for s in sources}
     passes["best"] = sum(passes_needed(best_of({s: lengths_by_source[s][p] for s in sources})) for p in range(prompts))
-    single = min(passes[s] for s in sources)
+    best_single = min(sources, key=passes.__getitem__)
     return {"tokens": tokens,
             "passes": passes,
             "tokens_per_pass": {name: round(tokens / n, 3) if n else 0.0 for name, n in passes.items()},
-            "best_single": min(sources, key=lambda s: passes[s]),
-            "best_saves": round(single / passes["best"], 3) if passes["best"] else 1.0}
+            "best_single": best_single,
+            "best_saves": round(passes[best_single] / passes["best"], 3) if passes["best"] else 1.0}
