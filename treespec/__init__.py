@@ -39,6 +39,17 @@ def load_pair(target=None, draft="default", *, hardware="auto", **options):
     return load(target, draft, hardware=hardware, **options)
 
 
+def default_tree(pair, *, temperature=0.0, top_p=1.0, top_k=0):
+    """The tree policy `python -m treespec.generate` drafts with for `pair` (from `load_pair`, tuned: the default
+    pair's is the head's tree planned on this machine's profile plus prompt lookup), for decoding at this
+    temperature / top-p / top-k. A pair without a model config in conf/model (no measured acceptance) gets a
+    ConfigError that says what to do instead."""
+    from treespec.app.session import default_tree as build
+    from treespec.decode.sampling import SamplingConfig
+
+    return build(pair, SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)).policy
+
+
 __all__ = [
     "ConfigError",
     "Generation",
@@ -49,6 +60,7 @@ __all__ = [
     "TreespecError",
     "autoregressive",
     "choose_tree_size",
+    "default_tree",
     "expected_tokens",
     "generate",
     "generate_batch",

@@ -325,6 +325,7 @@ class LoadedPair:
     tokenizer: Any
     hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
     draft_vocab: Optional[torch.Tensor] = None  # [S] token ids the draft proposes from; set by `with_draft_vocab`
+    names: tuple[Optional[str], Optional[str]] = (None, None)  # target and draft as `load_pair` was given them
 
     @property
     def costs(self):
@@ -461,7 +462,7 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
     if draft == LAYER_SKIP:  # the target drafts for itself: tuned alone, then searched on as configured
         pair = load_pair(target, None, hardware=hardware, device=device, dtype=dtype, layout=layout,
                          attn_implementation=attn_implementation, progress=progress, target_weights=target_weights)
-        return with_layer_skip(pair, progress=progress)
+        return replace(with_layer_skip(pair, progress=progress), names=(target, LAYER_SKIP))
     device = resolve_device(str(device)) if isinstance(device, str) else device
     tokenizer = load_tokenizer(target)
     load_dtype = "float32" if dtype == "auto" else dtype
@@ -472,7 +473,8 @@ def load_pair(target: Optional[str] = None, draft: Optional[str] = "default", *,
             check_tokenizers(target, draft, tokenizer)
         draft_model = load_model(draft, dtype=load_dtype, device=device, attn_implementation=attn_implementation)
         check_pair(target_model, draft_model)
-    pair = with_target_weights(LoadedPair(target_model, draft_model, tokenizer), target_weights)
+    pair = with_target_weights(LoadedPair(target_model, draft_model, tokenizer, names=(target, draft or None)),
+                               target_weights)
     if hardware == "none":  # as loaded (dtype "auto": fp32 and layout "auto": standard, for a later resolve_hardware)
         if layout != "auto":
             for model in (target_model, draft_model):
@@ -499,7 +501,7 @@ def resolve_hardware(spec: HardwareSpec, pair: LoadedPair, *, dtype: str = "floa
         if dtype == "auto":
             raise ConfigError(f"dtype=auto is chosen by measurement: use hardware=auto, not hardware={spec.name}")
         target, draft, resolved = named_profile(pair.target, pair.draft, latency_profile(spec), spec.name, layout=layout)
-    return LoadedPair(target, draft, pair.tokenizer, resolved, pair.draft_vocab)
+    return LoadedPair(target, draft, pair.tokenizer, resolved, pair.draft_vocab, pair.names)
 
 
 def resolve_batch_hardware(spec: HardwareSpec, pair: LoadedPair, batch_sizes, *, progress: Optional[Progress] = None,

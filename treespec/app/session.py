@@ -7,6 +7,7 @@
 `open_session` sets the thread count, resolves the device, loads the pair (checked to share a tokenizer), applies
 the model config's draft weights and vocabulary, and resolves the hardware profile (hardware=auto: the dtype and
 layout measured fastest on this machine, cached). Profiles at other batch sizes are measured on demand and kept.
+`default_tree(pair)` gives a pair from `load_pair` the tree the demo drafts with (`treespec.default_tree`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+from omegaconf import OmegaConf
 
 from treespec.app.configs import (
     LAYER_SKIP,
@@ -177,3 +179,40 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     if self_draft:
         pair = with_layer_skip(pair, progress=progress)
     return Session(pair, model, runtime, hardware, names, progress)
+
+
+def model_spec_for(target: Optional[str], draft: Optional[str]) -> ModelSpec:
+    """The model config (conf/model/*.yaml) whose target and draft are these built-in names."""
+    from treespec.app import cli
+
+    for path in sorted((cli.CONF_DIR / "model").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        if spec.get("target") == target and spec.get("draft") == draft:
+            return cli.to_spec(ModelSpec, spec)
+    raise ConfigError(f"no model config in conf/model has target {target!r} and draft {draft!r}, so no acceptance "
+                      "was measured for this pair: build a tree yourself (treespec.policies, e.g. "
+                      "Hybrid(Dynamic(6, 4, 3), costs=pair.costs)), or measure its acceptance "
+                      "(experiments/measure_acceptance.py) into a model config")
+
+
+def demo_tree_spec() -> TreeSpec:
+    """The tree config `python -m treespec.generate` uses by default (conf/generate.yaml's `tree` entry)."""
+    from treespec.app import cli
+
+    defaults = OmegaConf.load(cli.CONF_DIR / "generate.yaml").defaults
+    name = next(entry["tree"] for entry in defaults if not isinstance(entry, str) and "tree" in entry)
+    return cli.to_spec(TreeSpec, OmegaConf.merge(OmegaConf.structured(TreeSpec),
+                                                 OmegaConf.load(cli.CONF_DIR / "tree" / f"{name}.yaml")))
+
+
+def default_tree(pair: LoadedPair, sampling: SamplingConfig | None = None) -> PolicyChoice:
+    """The tree `python -m treespec.generate` drafts with for `pair` (a pair from `load_pair`): conf/generate.yaml's
+    tree, planned with the pair's profile (`pair.hardware`, batch size 1) and the acceptance its model config holds
+    for its draft's precision under `sampling` (greedy by default)."""
+    sampling = sampling or SamplingConfig()
+    model = model_spec_for(*pair.names)
+    tree = demo_tree_spec()
+    hardware = pair.hardware
+    acceptance = acceptance_for(model, tree, sampling, hardware.draft_dtype if hardware is not None else None)
+    return build_policy(tree, acceptance, hardware.profile if hardware is not None else None,
+                        hardware.name if hardware is not None else "", 1)
