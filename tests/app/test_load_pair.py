@@ -92,3 +92,5 @@ def test_default_tree_says_what_to_do_without_a_model_config_or_a_profile():
 
     with pytest.raises(ConfigError, match="no model config"):
         treespec.default_tree(replace(pair, names=("tiny-random-llama", "some/other-draft")))
+    with pytest.raises(ConfigError, match="load_pair"):  # a pair assembled by hand carries no names
+        treespec.default_tree(replace(pair, names=(None, None)))

@@ -185,6 +185,9 @@ def model_spec_for(target: Optional[str], draft: Optional[str]) -> ModelSpec:
     """The model config (conf/model/*.yaml) whose target and draft are these built-in names."""
     from treespec.app import cli
 
+    if target is None:
+        raise ConfigError("this pair carries no names (LoadedPair.names): load it with treespec.load_pair(target, "
+                          "draft) to find its model config")
     for path in sorted((cli.CONF_DIR / "model").glob("*.yaml")):
         spec = OmegaConf.load(path)
         if spec.get("target") == target and spec.get("draft") == draft:
