@@ -325,7 +325,7 @@ class LoadedPair:
     tokenizer: Any
     hardware: Optional[ResolvedHardware] = None  # set by `resolve_hardware`
     draft_vocab: Optional[torch.Tensor] = None  # [S] token ids the draft proposes from; set by `with_draft_vocab`
-    names: tuple[Optional[str], Optional[str]] = (None, None)  # target and draft as `load_pair` was given them
+    names: tuple[Optional[str], Optional[str]] = (None, None)  # target and draft as `load_pair` resolved them
 
     @property
     def costs(self):

@@ -106,13 +106,8 @@ class Session:
     def policy(self, tree: TreeSpec, sampling: SamplingConfig, batch_size: int = 1, priced: bool = True) -> PolicyChoice:
         """The tree policy for `tree` at batch size B, planned with that batch size's costs where it needs them
         (priced=False: without the profile's costs, e.g. prompt lookup's whole trie every step)."""
-        profile = self.profile(batch_size)[0] if priced else None
-        name = self.pair.hardware.name if self.pair.hardware is not None else ""
-        precision = self.pair.hardware.draft_dtype if self.pair.hardware is not None else None
-        acceptance = acceptance_for(self.model, tree, sampling, precision)
-        if isinstance(self.draft, LayerSkip) and not tree.acceptance:  # the search's, not the model spec's draft's
-            acceptance = self.draft.acceptance
-        return build_policy(tree, acceptance, profile, name, batch_size)
+        return planned_policy(self.pair, self.model, tree, sampling, self.profile(batch_size)[0] if priced else None,
+                              batch_size)
 
     def other_draft(self, name: str):
         """Another draft for the same target (a method's own draft, the assisted-generation assistant), in the dtype
@@ -181,6 +176,17 @@ def open_session(model: ModelSpec, runtime: RuntimeSpec, hardware: HardwareSpec,
     return Session(pair, model, runtime, hardware, names, progress)
 
 
+def planned_policy(pair: LoadedPair, model: ModelSpec, tree: TreeSpec, sampling: SamplingConfig,
+                   profile: Optional[LatencyProfile], batch_size: int = 1) -> PolicyChoice:
+    """`tree` for `pair` at batch size B, planned with `profile`'s costs (None: unpriced) and the acceptance `model`
+    holds for the pair's draft precision under `sampling` (a layer-skipping draft's own, from its search)."""
+    hardware = pair.hardware
+    acceptance = acceptance_for(model, tree, sampling, hardware.draft_dtype if hardware is not None else None)
+    if isinstance(pair.draft, LayerSkip) and not tree.acceptance:  # the search's, not the model spec's draft's
+        acceptance = pair.draft.acceptance
+    return build_policy(tree, acceptance, profile, hardware.name if hardware is not None else "", batch_size)
+
+
 def model_spec_for(target: Optional[str], draft: Optional[str]) -> ModelSpec:
     """The model config (conf/model/*.yaml) whose target and draft are these built-in names."""
     from treespec.app import cli
@@ -212,10 +218,5 @@ def default_tree(pair: LoadedPair, sampling: SamplingConfig | None = None) -> Po
     """The tree `python -m treespec.generate` drafts with for `pair` (a pair from `load_pair`): conf/generate.yaml's
     tree, planned with the pair's profile (`pair.hardware`, batch size 1) and the acceptance its model config holds
     for its draft's precision under `sampling` (greedy by default)."""
-    sampling = sampling or SamplingConfig()
-    model = model_spec_for(*pair.names)
-    tree = demo_tree_spec()
-    hardware = pair.hardware
-    acceptance = acceptance_for(model, tree, sampling, hardware.draft_dtype if hardware is not None else None)
-    return build_policy(tree, acceptance, hardware.profile if hardware is not None else None,
-                        hardware.name if hardware is not None else "", 1)
+    profile = pair.hardware.profile if pair.hardware is not None else None
+    return planned_policy(pair, model_spec_for(*pair.names), demo_tree_spec(), sampling or SamplingConfig(), profile)
